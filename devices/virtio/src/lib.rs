@@ -1,0 +1,124 @@
+//! The virtio device model that pmovmm's virtio-pci transport drives.
+//!
+//! A device only knows about its queues, its configuration space and the
+//! guest memory; the transport (in the `vmm` crate) owns PCI, MSI-X and the
+//! notification eventfds. Keeping the trait here, below the VMM, lets device
+//! crates such as `pmo-virtio` implement it without depending on the machine.
+
+pub mod pmem;
+mod worker;
+
+use std::io;
+use std::sync::Arc;
+
+use virtio_queue::Queue;
+use vm_memory::GuestMemoryMmap;
+use vmm_sys_util::eventfd::EventFd;
+
+pub use worker::{QueueWorker, WorkerError};
+
+/// `VIRTIO_F_VERSION_1`: every device we offer is a modern (1.0+) device.
+pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;
+
+/// Which interrupt a device raises; the transport maps it to an MSI-X vector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InterruptKind {
+    /// The device configuration changed.
+    Config,
+    /// The used ring of this queue has new entries.
+    Queue(u16),
+}
+
+/// Raises guest interrupts on behalf of a device, from any thread.
+pub trait VirtioInterrupt: Send + Sync {
+    fn trigger(&self, kind: InterruptKind) -> io::Result<()>;
+}
+
+/// A queue handed to the device when the driver sets DRIVER_OK.
+pub struct ActiveQueue {
+    /// Position of the queue in the device's queue list.
+    pub index: u16,
+    pub queue: Queue,
+    /// Signalled (by KVM, through an ioeventfd) whenever the driver notifies this queue.
+    pub notify: EventFd,
+}
+
+/// Everything a device needs to start serving its queues.
+pub struct ActivateContext {
+    pub mem: GuestMemoryMmap,
+    pub interrupt: Arc<dyn VirtioInterrupt>,
+    pub queues: Vec<ActiveQueue>,
+}
+
+/// Why a device refused to start.
+#[derive(Debug, thiserror::Error)]
+pub enum ActivateError {
+    #[error("expected {expected} queues, got {got}")]
+    QueueCount { expected: usize, got: usize },
+    #[error("cannot start the queue worker: {0}")]
+    Worker(#[from] WorkerError),
+}
+
+/// A virtio device as seen by its transport.
+pub trait VirtioDevice: Send {
+    /// Virtio device type (e.g. 27 for pmem).
+    fn device_type(&self) -> u32;
+    /// Maximum size of each queue, one entry per queue.
+    fn queue_max_sizes(&self) -> &[u16];
+    /// Feature bits offered to the driver.
+    fn features(&self) -> u64;
+    /// The features the driver accepted (a subset of `features`).
+    fn ack_features(&mut self, features: u64);
+    /// Reads the device-specific configuration space; out-of-range bytes read as 0.
+    fn read_config(&self, offset: u64, data: &mut [u8]);
+    /// Writes the device-specific configuration space; read-only fields ignore writes.
+    fn write_config(&mut self, offset: u64, data: &[u8]);
+    /// Starts serving the queues.
+    fn activate(&mut self, ctx: ActivateContext) -> Result<(), ActivateError>;
+    /// Stops serving the queues (driver reset). Afterwards the device may be activated again.
+    fn reset(&mut self);
+    /// Guest memory regions the device needs mapped into the guest (see [`DeviceMemory`]).
+    fn device_memory(&self) -> Vec<DeviceMemory> {
+        Vec::new()
+    }
+}
+
+/// Host memory a device exposes directly to the guest at a physical address
+/// chosen by the VMM (virtio-pmem's region, later the PMO window).
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceMemory {
+    /// Host virtual address of the mapping; stays valid while the device lives.
+    pub host_addr: u64,
+    pub len: u64,
+}
+
+/// Copies `value` (little-endian bytes of a config structure) into `data` at
+/// `offset`, the way every device's `read_config` needs it.
+pub fn read_config_bytes(config: &[u8], offset: u64, data: &mut [u8]) {
+    data.fill(0);
+    let Ok(start) = usize::try_from(offset) else {
+        return;
+    };
+    if start >= config.len() {
+        return;
+    }
+    let end = config.len().min(start.saturating_add(data.len()));
+    data[..end - start].copy_from_slice(&config[start..end]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_reads_clip_at_the_end() {
+        let cfg = [1u8, 2, 3, 4];
+        let mut out = [0xffu8; 4];
+        read_config_bytes(&cfg, 2, &mut out);
+        assert_eq!(out, [3, 4, 0, 0]);
+        read_config_bytes(&cfg, 9, &mut out);
+        assert_eq!(out, [0; 4]);
+        read_config_bytes(&cfg, u64::MAX, &mut out);
+        assert_eq!(out, [0; 4]);
+    }
+}
