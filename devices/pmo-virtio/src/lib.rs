@@ -1,0 +1,7 @@
+//! The PMO device: encrypted persistent memory objects served to a guest.
+//!
+//! This crate holds the host-side PMO store: the [`medium`] that persists bytes, the [`crypto`]
+//! that protects pages, and the [`store`] that lays PMOs out on a medium with crash-atomic
+//! psync and recovery. The pager (userfaultfd window) and the virtio protocol build on it.
+
+pub mod crypto;
