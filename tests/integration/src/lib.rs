@@ -1,0 +1,1 @@
+//! The VM test runner.
