@@ -881,7 +881,10 @@ mod tests {
         assert!(
             matches!(err, AcpiError::TooLarge { available, .. } if available == layout::ACPI_SIZE)
         );
-        assert!(err.to_string().starts_with("ACPI tables need at least 0x"), "{err}");
+        assert!(
+            err.to_string().starts_with("ACPI tables need at least 0x"),
+            "{err}"
+        );
         // Nothing was written, not even the RSDP.
         assert_eq!(read(&mem, layout::ACPI_START, 8), vec![0u8; 8]);
     }
