@@ -5,3 +5,4 @@
 //! psync and recovery. The pager (userfaultfd window) and the virtio protocol build on it.
 
 pub mod crypto;
+pub mod medium;

@@ -1,0 +1,302 @@
+//! A host file mapped into memory: the PM file of a store.
+
+use super::{check_range, Medium, MediumError};
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+/// How a [`FileMedium`] makes writes durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persistence {
+    /// The file is on a DAX filesystem and mapped with `MAP_SYNC`: cache-line flushes + `sfence`
+    /// are a durability point, no system call needed.
+    DaxFlush,
+    /// Page-cache backed: `msync(MS_SYNC)` of the covering pages.
+    Msync,
+}
+
+/// An mmap of a (typically sparse) host file. Owns the mapping and the file descriptor; both are
+/// released on drop.
+pub struct FileMedium {
+    ptr: *mut u8,
+    len: u64,
+    file: File,
+    mode: Persistence,
+}
+
+// SAFETY: the mapping is shared memory owned by this value; concurrent access is to disjoint
+// ranges (the store's locks guarantee it) and all accesses go through copy functions.
+unsafe impl Send for FileMedium {}
+// SAFETY: see above; `&self` methods only copy bytes in and out of the mapping.
+unsafe impl Sync for FileMedium {}
+
+fn io(what: &'static str) -> MediumError {
+    MediumError::Io { what, source: std::io::Error::last_os_error() }
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no memory effects.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as u64
+    } else {
+        4096
+    }
+}
+
+impl FileMedium {
+    /// Creates (or truncates) `path` as a sparse file of `len` bytes and maps it.
+    pub fn create(path: &Path, len: u64) -> Result<Self, MediumError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|source| MediumError::Io { what: "create medium file", source })?;
+        file.set_len(len).map_err(|source| MediumError::Io { what: "size medium file", source })?;
+        Self::map(file, len)
+    }
+
+    /// Opens an existing file and maps all of it.
+    pub fn open(path: &Path) -> Result<Self, MediumError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|source| MediumError::Io { what: "open medium file", source })?;
+        let len = file
+            .metadata()
+            .map_err(|source| MediumError::Io { what: "stat medium file", source })?
+            .len();
+        Self::map(file, len)
+    }
+
+    fn map(file: File, len: u64) -> Result<Self, MediumError> {
+        if len == 0 {
+            return Err(MediumError::OutOfRange { off: 0, len: 0, end: 0 });
+        }
+        let fd = file.as_raw_fd();
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: a fresh shared mapping of a file we own; the kernel picks the address.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                prot,
+                libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+                fd,
+                0,
+            )
+        };
+        let (p, mode) = if p == libc::MAP_FAILED {
+            // Not DAX: fall back to the page cache.
+            // SAFETY: as above, without MAP_SYNC.
+            let p = unsafe {
+                libc::mmap(std::ptr::null_mut(), len as usize, prot, libc::MAP_SHARED, fd, 0)
+            };
+            if p == libc::MAP_FAILED {
+                return Err(io("mmap medium file"));
+            }
+            (p, Persistence::Msync)
+        } else {
+            (p, Persistence::DaxFlush)
+        };
+        Ok(Self { ptr: p.cast(), len, file, mode })
+    }
+
+    /// How persistence is achieved on this file.
+    pub fn persistence(&self) -> Persistence {
+        self.mode
+    }
+
+    /// Base pointer of the mapping, for zero-copy users. Valid for `len()` bytes while `self`
+    /// lives; callers must respect the store's locking of ranges.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    fn flush_lines(&self, off: u64, len: u64) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let start = off & !63;
+            let end = off + len;
+            if has_clflushopt() {
+                // SAFETY: the instruction is present; the range lies inside the mapping.
+                unsafe { flush_opt(self.ptr, start, end) };
+            } else {
+                let mut a = start;
+                while a < end {
+                    // SAFETY: `a` is inside the mapping (checked by the caller).
+                    unsafe { std::arch::x86_64::_mm_clflush(self.ptr.add(a as usize)) };
+                    a += 64;
+                }
+            }
+            // SAFETY: sfence has no memory-safety preconditions.
+            unsafe { std::arch::x86_64::_mm_sfence() };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (off, len);
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+/// CPUID.(EAX=7,ECX=0):EBX bit 23 = CLFLUSHOPT.
+#[cfg(target_arch = "x86_64")]
+fn has_clflushopt() -> bool {
+    static FLAG: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FLAG.get_or_init(|| {
+        let r = std::arch::x86_64::__cpuid_count(7, 0);
+        r.ebx & (1 << 23) != 0
+    })
+}
+
+/// Flushes every cache line of `[start, end)` with CLFLUSHOPT (weakly ordered; the caller
+/// fences).
+///
+/// # Safety
+/// The CPU must support CLFLUSHOPT and the range must lie inside the mapping at `base`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn flush_opt(base: *mut u8, start: u64, end: u64) {
+    let mut a = start;
+    while a < end {
+        // SAFETY: the caller guarantees support and that the address is mapped.
+        unsafe {
+            std::arch::asm!("clflushopt [{}]", in(reg) base.add(a as usize), options(nostack, preserves_flags))
+        };
+        a += 64;
+    }
+}
+
+impl Drop for FileMedium {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping created in `map`; nothing refers to it any more.
+        unsafe { libc::munmap(self.ptr.cast(), self.len as usize) };
+    }
+}
+
+impl Medium for FileMedium {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), MediumError> {
+        check_range(self.len, off, buf.len() as u64)?;
+        // SAFETY: the range was checked to lie inside the mapping; `buf` is a distinct allocation.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.add(off as usize), buf.as_mut_ptr(), buf.len())
+        };
+        Ok(())
+    }
+
+    fn write(&self, off: u64, data: &[u8]) -> Result<(), MediumError> {
+        check_range(self.len, off, data.len() as u64)?;
+        // SAFETY: the range was checked; the store serialises writers of one range.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off as usize), data.len())
+        };
+        Ok(())
+    }
+
+    fn persist(&self, off: u64, len: u64) -> Result<(), MediumError> {
+        check_range(self.len, off, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        match self.mode {
+            Persistence::DaxFlush => {
+                self.flush_lines(off, len);
+                Ok(())
+            }
+            Persistence::Msync => {
+                let ps = page_size();
+                let start = off / ps * ps;
+                let end = (off + len).min(self.len);
+                // SAFETY: [start, end) is inside the mapping and page aligned at the start.
+                let r = unsafe {
+                    libc::msync(self.ptr.add(start as usize).cast(), (end - start) as usize, libc::MS_SYNC)
+                };
+                if r != 0 {
+                    return Err(io("msync"));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn zero(&self, off: u64, len: u64) -> Result<(), MediumError> {
+        check_range(self.len, off, len)?;
+        let ps = page_size();
+        let a = off.div_ceil(ps) * ps;
+        let b = (off + len) / ps * ps;
+        if b > a {
+            // Punch out whole pages: the file stays sparse and the bytes read back as zero.
+            // SAFETY: plain fallocate on our own descriptor.
+            let r = unsafe {
+                libc::fallocate(
+                    self.file.as_raw_fd(),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    a as libc::off_t,
+                    (b - a) as libc::off_t,
+                )
+            };
+            if r == 0 {
+                let z = [0u8; 4096];
+                for (s, e) in [(off, a), (b, off + len)] {
+                    let mut at = s;
+                    while at < e {
+                        let n = (e - at).min(z.len() as u64) as usize;
+                        self.write(at, &z[..n])?;
+                        at += n as u64;
+                    }
+                }
+                if self.mode == Persistence::DaxFlush {
+                    // SAFETY: fdatasync on our own descriptor makes the hole durable.
+                    if unsafe { libc::fdatasync(self.file.as_raw_fd()) } != 0 {
+                        return Err(io("fdatasync"));
+                    }
+                }
+                return Ok(());
+            }
+        }
+        // Filesystem without hole punching: write zeros.
+        let z = vec![0u8; 65536];
+        let mut at = off;
+        while at < off + len {
+            let n = (off + len - at).min(z.len() as u64) as usize;
+            self.write(at, &z[..n])?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparse_file_round_trip_and_punch() {
+        let dir = std::env::temp_dir().join(format!("pmo-fm-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("m");
+        let m = FileMedium::create(&path, 1 << 30).unwrap();
+        m.write(5 << 20, b"hello").unwrap();
+        m.persist(5 << 20, 5).unwrap();
+        drop(m);
+        let meta = std::fs::metadata(&path).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert!(meta.blocks() * 512 < 1 << 20, "a 1 GiB medium must stay sparse");
+        let m = FileMedium::open(&path).unwrap();
+        let mut b = [0u8; 5];
+        m.read(5 << 20, &mut b).unwrap();
+        assert_eq!(&b, b"hello");
+        m.zero((5 << 20) - 10, 8192).unwrap();
+        m.read(5 << 20, &mut b).unwrap();
+        assert_eq!(b, [0; 5]);
+        assert!(m.write((1 << 30) - 2, b"xyz").is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

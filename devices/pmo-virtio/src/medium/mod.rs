@@ -1,0 +1,97 @@
+//! The persistent byte range under the store.
+//!
+//! A [`Medium`] is written with ordinary stores and made durable only by [`Medium::persist`], an
+//! ordered durability point: when it returns, every write inside the range issued before it is
+//! durable. The store never relies on anything else, so a crash-injecting medium
+//! ([`CrashMedium`]) can drop every write not covered by a persist and show that recovery copes.
+
+mod crash;
+mod file;
+mod timing;
+
+pub use crash::{CrashMedium, CrashMode};
+pub use file::{FileMedium, Persistence};
+pub use timing::{PmTiming, TimedMedium};
+
+/// Errors of a medium.
+#[derive(Debug, thiserror::Error)]
+pub enum MediumError {
+    /// An access outside the medium.
+    #[error("access {off:#x}+{len:#x} beyond medium end {end:#x}")]
+    OutOfRange {
+        /// Start of the access.
+        off: u64,
+        /// Length of the access.
+        len: u64,
+        /// Medium length.
+        end: u64,
+    },
+    /// The operating system refused an operation.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was attempted.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A crash-injecting medium reached its crash point; nothing more reaches it.
+    #[error("medium crashed (injected)")]
+    Crashed,
+}
+
+/// A persistent byte range. Implementations must be safe to use from several threads as long as
+/// concurrent writers touch disjoint ranges (the store guarantees that with its locks).
+pub trait Medium: Send + Sync {
+    /// Length in bytes.
+    fn len(&self) -> u64;
+    /// True when the medium has no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies `buf.len()` bytes at `off` into `buf`.
+    fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), MediumError>;
+    /// Copies `data` to `off`. Not durable until a covering [`Medium::persist`].
+    fn write(&self, off: u64, data: &[u8]) -> Result<(), MediumError>;
+    /// Makes every earlier write inside `[off, off+len)` durable, in order with later writes.
+    fn persist(&self, off: u64, len: u64) -> Result<(), MediumError>;
+    /// Zeroes a range (used to scrub freed space). May deallocate backing storage. Not durable
+    /// until persisted.
+    fn zero(&self, off: u64, len: u64) -> Result<(), MediumError> {
+        check_range(self.len(), off, len)?;
+        let chunk = [0u8; 65536];
+        let mut at = off;
+        let end = off + len;
+        while at < end {
+            let n = (end - at).min(chunk.len() as u64) as usize;
+            self.write(at, &chunk[..n])?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+}
+
+/// Validates an access against the medium length without overflow.
+pub fn check_range(end: u64, off: u64, len: u64) -> Result<(), MediumError> {
+    match off.checked_add(len) {
+        Some(e) if e <= end => Ok(()),
+        _ => Err(MediumError::OutOfRange { off, len, end }),
+    }
+}
+
+impl<M: Medium + ?Sized> Medium for std::sync::Arc<M> {
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+    fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), MediumError> {
+        (**self).read(off, buf)
+    }
+    fn write(&self, off: u64, data: &[u8]) -> Result<(), MediumError> {
+        (**self).write(off, data)
+    }
+    fn persist(&self, off: u64, len: u64) -> Result<(), MediumError> {
+        (**self).persist(off, len)
+    }
+    fn zero(&self, off: u64, len: u64) -> Result<(), MediumError> {
+        (**self).zero(off, len)
+    }
+}

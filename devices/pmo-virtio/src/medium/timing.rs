@@ -1,0 +1,90 @@
+//! A PM timing model in the spirit of PMBD: scale the time spent copying to and from the medium.
+//!
+//! PMBD emulated slower persistent memory by measuring how long a copy took on DRAM and then
+//! stalling for (factor - 1) times as long. [`TimedMedium`] does the same around any medium. Off
+//! by default: factors of 1.0 add nothing.
+
+use super::{Medium, MediumError};
+use std::time::{Duration, Instant};
+
+/// Read and write slowdown factors relative to the wrapped medium (1.0 = no slowdown).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PmTiming {
+    /// Multiplier on the time spent reading.
+    pub read_factor: f64,
+    /// Multiplier on the time spent writing.
+    pub write_factor: f64,
+}
+
+impl Default for PmTiming {
+    fn default() -> Self {
+        Self { read_factor: 1.0, write_factor: 1.0 }
+    }
+}
+
+/// Wraps a medium and stalls after each copy so that it appears `factor` times slower.
+pub struct TimedMedium<M> {
+    inner: M,
+    timing: PmTiming,
+}
+
+impl<M: Medium> TimedMedium<M> {
+    /// Wraps `inner` with the given factors.
+    pub fn new(inner: M, timing: PmTiming) -> Self {
+        Self { inner, timing }
+    }
+
+    fn stall(elapsed: Duration, factor: f64) {
+        if factor <= 1.0 || !factor.is_finite() {
+            return;
+        }
+        let extra = elapsed.mul_f64(factor - 1.0);
+        let until = Instant::now() + extra;
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+impl<M: Medium> Medium for TimedMedium<M> {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), MediumError> {
+        let t = Instant::now();
+        let r = self.inner.read(off, buf);
+        Self::stall(t.elapsed(), self.timing.read_factor);
+        r
+    }
+    fn write(&self, off: u64, data: &[u8]) -> Result<(), MediumError> {
+        let t = Instant::now();
+        let r = self.inner.write(off, data);
+        Self::stall(t.elapsed(), self.timing.write_factor);
+        r
+    }
+    fn persist(&self, off: u64, len: u64) -> Result<(), MediumError> {
+        self.inner.persist(off, len)
+    }
+    fn zero(&self, off: u64, len: u64) -> Result<(), MediumError> {
+        self.inner.zero(off, len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::medium::CrashMedium;
+
+    #[test]
+    fn timed_medium_is_transparent_for_data() {
+        let m = TimedMedium::new(
+            CrashMedium::new(4096),
+            PmTiming { read_factor: 3.0, write_factor: 5.0 },
+        );
+        m.write(10, b"abc").unwrap();
+        let mut b = [0u8; 3];
+        m.read(10, &mut b).unwrap();
+        assert_eq!(&b, b"abc");
+        assert_eq!(m.len(), 4096);
+    }
+}
