@@ -1,0 +1,252 @@
+//! Puts the machine together: VM, legacy devices, PCI with its devices, ACPI,
+//! boot payload and vCPUs, then waits for the guest to stop.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use virtio_devices::pmem::{Pmem, PmemError};
+use virtio_devices::VirtioDevice;
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use crate::acpi::{self, AcpiConfig};
+use crate::boot::{self, BootError};
+use crate::bus::{Bus, BusDevice, BusError};
+use crate::cpu::{CpuError, Vcpu};
+use crate::exit::{ExitReason, VmExit};
+use crate::layout;
+use crate::legacy::{self, AcpiPower, I8042Reset, PvPanic, SerialConsole};
+use crate::pci::virtio::{VirtioPci, VirtioPciError};
+use crate::pci::{Ecam, PciError, PciRoot, PioConfig, Window};
+use crate::vm::{MemSlot, Vm, VmError};
+
+/// Where the guest console goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Console {
+    Stdout,
+    File(PathBuf),
+}
+
+/// What the machine is built from (already validated by the config layer).
+#[derive(Clone, Debug)]
+pub struct MachineConfig {
+    pub kernel: PathBuf,
+    pub initrd: Option<PathBuf>,
+    pub cmdline: String,
+    pub memory: u64,
+    pub cpus: u8,
+    pub pmem: Vec<(PathBuf, Option<u64>)>,
+    pub console: Console,
+}
+
+/// Errors building or running the machine.
+#[derive(Debug, thiserror::Error)]
+pub enum MachineError {
+    #[error(transparent)]
+    Vm(#[from] VmError),
+    #[error(transparent)]
+    Boot(#[from] BootError),
+    #[error(transparent)]
+    Cpu(#[from] CpuError),
+    #[error(transparent)]
+    Pci(#[from] PciError),
+    #[error(transparent)]
+    VirtioPci(#[from] VirtioPciError),
+    #[error(transparent)]
+    Pmem(#[from] PmemError),
+    #[error("ACPI: {0}")]
+    Acpi(#[from] acpi::AcpiError),
+    #[error("device bus: {0}")]
+    Bus(#[from] BusError),
+    #[error("console {path}: {source}")]
+    Console {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{what}: {source}")]
+    Io {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("device memory area exhausted")]
+    DeviceMemory,
+}
+
+/// A machine ready to run.
+pub struct Machine {
+    // Dropped first: the guest mappings of device memory go before the memory.
+    _slots: Vec<MemSlot>,
+    /// Owns the VM fd and guest RAM for as long as the guest runs.
+    _vm: Vm,
+    vcpus: Vec<Vcpu>,
+    pio: Arc<Bus>,
+    mmio: Arc<Bus>,
+    exit: Arc<VmExit>,
+    serial: Arc<Mutex<SerialConsole>>,
+    /// pmem backing files, flushed when the machine stops so a guest
+    /// poweroff leaves the host files complete.
+    pmem_files: Vec<File>,
+}
+
+fn io_err(what: &'static str) -> impl Fn(std::io::Error) -> MachineError {
+    move |source| MachineError::Io { what, source }
+}
+
+impl Machine {
+    pub fn new(cfg: &MachineConfig) -> Result<Self, MachineError> {
+        let vm = Vm::new(cfg.memory)?;
+        let exit = Arc::new(VmExit::new().map_err(io_err("exit eventfd"))?);
+        let pio = Arc::new(Bus::new());
+        let mmio = Arc::new(Bus::new());
+
+        // Console on COM1, its IRQ through an irqfd.
+        let out: Box<dyn Write + Send> = match &cfg.console {
+            Console::Stdout => Box::new(std::io::stdout()),
+            Console::File(p) => {
+                Box::new(File::create(p).map_err(|source| MachineError::Console {
+                    path: p.display().to_string(),
+                    source,
+                })?)
+            }
+        };
+        let serial_irq = EventFd::new(EFD_NONBLOCK).map_err(io_err("serial eventfd"))?;
+        vm.fd()
+            .register_irqfd(&serial_irq, layout::COM1_IRQ)
+            .map_err(|e| MachineError::Io {
+                what: "serial irqfd",
+                source: std::io::Error::from_raw_os_error(e.errno()),
+            })?;
+        let serial = Arc::new(Mutex::new(SerialConsole::new(serial_irq, out)));
+        pio.insert(u64::from(layout::COM1_PORT), 8, serial.clone())?;
+
+        let power: Arc<Mutex<dyn BusDevice>> = Arc::new(Mutex::new(AcpiPower::new(exit.clone())));
+        pio.insert(u64::from(layout::ACPI_SLEEP_CONTROL_PORT), 3, power)?;
+        pio.insert(
+            u64::from(layout::PVPANIC_PORT),
+            1,
+            Arc::new(Mutex::new(PvPanic::new(exit.clone()))),
+        )?;
+        pio.insert(
+            u64::from(legacy::I8042_COMMAND_PORT),
+            1,
+            Arc::new(Mutex::new(I8042Reset::new(exit.clone()))),
+        )?;
+
+        // PCI root complex.
+        let root = Arc::new(Mutex::new(PciRoot::new(mmio.clone())));
+        pio.insert(
+            u64::from(layout::PCI_CONFIG_ADDRESS_PORT),
+            8,
+            Arc::new(Mutex::new(PioConfig::new(root.clone(), {
+                let exit = exit.clone();
+                Box::new(move || exit.set(ExitReason::Reset))
+            }))),
+        )?;
+        mmio.insert(
+            layout::ECAM_START,
+            layout::ECAM_SIZE,
+            Arc::new(Mutex::new(Ecam(root.clone()))),
+        )?;
+        let mut mmio32 = Window::new(layout::MMIO32_START, layout::MMIO32_SIZE);
+        let mut devmem = Window::new(layout::DEVICE_MEM_START, layout::DEVICE_MEM_SIZE);
+
+        let mut slots = Vec::new();
+        let mut pmem_files = Vec::new();
+        for (path, size) in &cfg.pmem {
+            let mut dev = Pmem::open(path, *size)?;
+            // Section-aligned so the guest could also use it as DAX memory.
+            let gpa = devmem
+                .alloc(dev.size(), 128 << 20)
+                .map_err(|_| MachineError::DeviceMemory)?;
+            dev.set_guest_address(gpa);
+            for region in dev.device_memory() {
+                // SAFETY: the region is the device's file mapping; the device
+                // lives inside its transport, which the PCI root (owned by the
+                // MMIO bus, owned by the machine) keeps alive;
+                // `Machine` drops its slots before anything else.
+                slots.push(unsafe {
+                    vm.map_device_memory(gpa, region.host_addr, region.len, false)?
+                });
+            }
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|source| {
+                    MachineError::Pmem(PmemError::Open {
+                        path: path.clone(),
+                        source,
+                    })
+                })?;
+            let transport = Arc::new(Mutex::new(VirtioPci::new(
+                Box::new(dev) as Box<dyn VirtioDevice>,
+                vm.fd().clone(),
+                vm.memory().clone(),
+            )?));
+            let bar = mmio32.alloc(VirtioPci::bar0_size(), VirtioPci::bar0_size())?;
+            transport
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .set_bar0(bar);
+            root.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .add(transport.clone())?;
+            pmem_files.push(file);
+        }
+
+        let acpi_cfg = AcpiConfig::new(cfg.cpus);
+        let rsdp = acpi::create_acpi_tables(vm.memory(), &acpi_cfg)?;
+        let entry = boot::load(
+            vm.memory(),
+            cfg.memory,
+            &cfg.kernel,
+            cfg.initrd.as_deref(),
+            &cfg.cmdline,
+            rsdp,
+        )?;
+
+        let mut vcpus = Vec::with_capacity(usize::from(cfg.cpus));
+        for id in 0..cfg.cpus {
+            vcpus.push(Vcpu::new(
+                vm.kvm(),
+                vm.fd(),
+                id,
+                cfg.cpus,
+                (id == 0).then_some(&entry),
+            )?);
+        }
+        Ok(Machine {
+            _vm: vm,
+            vcpus,
+            pio,
+            mmio,
+            exit,
+            serial,
+            pmem_files,
+            _slots: slots,
+        })
+    }
+
+    /// Runs the guest until it powers off, resets, panics or fails.
+    pub fn run(&mut self, interactive: bool) -> Result<ExitReason, MachineError> {
+        if interactive {
+            legacy::spawn_stdin_reader(self.serial.clone());
+        }
+        for vcpu in self.vcpus.drain(..) {
+            // vCPU threads are not joined: they may sit in KVM_RUN; the
+            // process exit (or VM teardown) ends them.
+            vcpu.start(self.pio.clone(), self.mmio.clone(), self.exit.clone())?;
+        }
+        let reason = self.exit.wait();
+        self.serial
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .flush();
+        for f in &self.pmem_files {
+            if let Err(e) = f.sync_data() {
+                log::error!("flush pmem: {e}");
+            }
+        }
+        Ok(reason)
+    }
+}

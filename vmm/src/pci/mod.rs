@@ -1,0 +1,424 @@
+//! A PCIe root complex: one segment, bus 0, reached through ECAM and the
+//! legacy 0xCF8/0xCFC mechanism, with BARs routed onto the MMIO bus.
+
+pub mod config;
+pub mod msix;
+pub mod virtio;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use crate::bus::{Bus, BusDevice, BusError};
+use config::{PciConfig, PciIds};
+
+/// A PCI function as the root complex sees it.
+pub trait PciDevice: Send {
+    fn config(&self) -> &PciConfig;
+    /// Guest config write; devices override it to react to their capabilities.
+    fn config_write(&mut self, reg: usize, offset: usize, data: &[u8]);
+    fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]);
+    fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]);
+    /// The guest moved (or first enabled) a BAR; `old` is `None` the first time.
+    fn bar_moved(&mut self, _bar: usize, _old: Option<u64>, _new: u64) {}
+}
+
+/// Errors building the PCI topology.
+#[derive(Debug, thiserror::Error)]
+pub enum PciError {
+    #[error("no free PCI slot on bus 0")]
+    NoSlot,
+    #[error("PCI window exhausted allocating {0:#x} bytes")]
+    NoSpace(u64),
+    #[error("map BAR: {0}")]
+    Bus(#[from] BusError),
+}
+
+/// The host bridge at 00.0: identity only.
+struct HostBridge {
+    config: PciConfig,
+}
+
+impl PciDevice for HostBridge {
+    fn config(&self) -> &PciConfig {
+        &self.config
+    }
+    fn config_write(&mut self, reg: usize, offset: usize, data: &[u8]) {
+        self.config.write_reg(reg, offset, data);
+    }
+    fn bar_read(&mut self, _bar: usize, _offset: u64, data: &mut [u8]) {
+        data.fill(0xff);
+    }
+    fn bar_write(&mut self, _bar: usize, _offset: u64, _data: &[u8]) {}
+}
+
+/// Forwards MMIO within one BAR to its device.
+struct BarRoute {
+    dev: Arc<Mutex<dyn PciDevice>>,
+    bar: usize,
+}
+
+impl BusDevice for BarRoute {
+    fn read(&mut self, offset: u64, data: &mut [u8]) {
+        self.dev
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .bar_read(self.bar, offset, data);
+    }
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        self.dev
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .bar_write(self.bar, offset, data);
+    }
+}
+
+/// Bump allocator for a BAR window; every BAR is naturally aligned.
+pub struct Window {
+    next: u64,
+    end: u64,
+}
+
+impl Window {
+    pub fn new(start: u64, size: u64) -> Self {
+        Window {
+            next: start,
+            end: start + size,
+        }
+    }
+
+    pub fn alloc(&mut self, size: u64, align: u64) -> Result<u64, PciError> {
+        let base = self
+            .next
+            .checked_next_multiple_of(align.max(1))
+            .ok_or(PciError::NoSpace(size))?;
+        let end = base.checked_add(size).ok_or(PciError::NoSpace(size))?;
+        if end > self.end {
+            return Err(PciError::NoSpace(size));
+        }
+        self.next = end;
+        Ok(base)
+    }
+}
+
+struct Slot {
+    dev: Arc<Mutex<dyn PciDevice>>,
+    /// Where each BAR is mapped on the MMIO bus now.
+    mapped: BTreeMap<usize, u64>,
+}
+
+/// Bus 0 of segment 0.
+pub struct PciRoot {
+    slots: BTreeMap<u8, Slot>,
+    mmio: Arc<Bus>,
+}
+
+/// Vendor/device of the host bridge: QEMU's generic PCIe host, which Linux
+/// treats as a plain bridge without quirks.
+const HOST_BRIDGE_IDS: PciIds = PciIds {
+    vendor: 0x1b36,
+    device: 0x0008,
+    class: 0x06_00_00,
+    revision: 0,
+    subsystem_vendor: 0x1b36,
+    subsystem: 0x0008,
+};
+
+impl PciRoot {
+    pub fn new(mmio: Arc<Bus>) -> Self {
+        let mut root = PciRoot {
+            slots: BTreeMap::new(),
+            mmio,
+        };
+        root.slots.insert(
+            0,
+            Slot {
+                dev: Arc::new(Mutex::new(HostBridge {
+                    config: PciConfig::new(HOST_BRIDGE_IDS),
+                })),
+                mapped: BTreeMap::new(),
+            },
+        );
+        root
+    }
+
+    /// Plugs a function into the next free device number (function 0); returns its devfn.
+    pub fn add(&mut self, dev: Arc<Mutex<dyn PciDevice>>) -> Result<u8, PciError> {
+        let devfn = (1..32u8)
+            .map(|d| d << 3)
+            .find(|df| !self.slots.contains_key(df))
+            .ok_or(PciError::NoSlot)?;
+        self.slots.insert(
+            devfn,
+            Slot {
+                dev,
+                mapped: BTreeMap::new(),
+            },
+        );
+        Ok(devfn)
+    }
+
+    /// Config read of register `reg` of bus/devfn; absent functions read all-ones.
+    pub fn config_read(&self, bus: u8, devfn: u8, reg: usize) -> u32 {
+        if bus != 0 {
+            return 0xffff_ffff;
+        }
+        match self.slots.get(&devfn) {
+            Some(s) => s
+                .dev
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .config()
+                .read_reg(reg),
+            None => 0xffff_ffff,
+        }
+    }
+
+    pub fn config_write(&mut self, bus: u8, devfn: u8, reg: usize, offset: usize, data: &[u8]) {
+        if bus != 0 {
+            return;
+        }
+        let Some(slot) = self.slots.get_mut(&devfn) else {
+            return;
+        };
+        let mut dev = slot.dev.lock().unwrap_or_else(|e| e.into_inner());
+        dev.config_write(reg, offset, data);
+        // Re-map any BAR whose decoded address changed.
+        let bars: Vec<usize> = dev.config().bar_indices().collect();
+        for bar in bars {
+            let now = dev.config().bar_addr(bar);
+            let before = slot.mapped.get(&bar).copied();
+            if now == before {
+                continue;
+            }
+            if let Some(old) = before {
+                if let Err(e) = self.mmio.remove(old) {
+                    log::warn!("PCI {devfn:#x} BAR{bar}: {e}");
+                }
+                slot.mapped.remove(&bar);
+            }
+            let (Some(new), Some(size)) = (now, dev.config().bar_size(bar)) else {
+                continue;
+            };
+            let route = Arc::new(Mutex::new(BarRoute {
+                dev: slot.dev.clone(),
+                bar,
+            }));
+            match self.mmio.insert(new, size, route) {
+                Ok(()) => {
+                    slot.mapped.insert(bar, new);
+                    dev.bar_moved(bar, before, new);
+                }
+                Err(e) => log::warn!("PCI {devfn:#x} BAR{bar} at {new:#x}: {e}"),
+            }
+        }
+    }
+}
+
+/// Splits an ECAM offset into (bus, devfn, register, byte offset).
+fn ecam_decode(offset: u64) -> (u8, u8, usize, usize) {
+    (
+        (offset >> 20) as u8,
+        (offset >> 12) as u8,
+        ((offset & 0xfff) >> 2) as usize,
+        (offset & 3) as usize,
+    )
+}
+
+/// The ECAM window on the MMIO bus.
+pub struct Ecam(pub Arc<Mutex<PciRoot>>);
+
+impl BusDevice for Ecam {
+    fn read(&mut self, offset: u64, data: &mut [u8]) {
+        let (bus, devfn, reg, byte) = ecam_decode(offset);
+        let v = self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .config_read(bus, devfn, reg);
+        read_bytes(v, byte, data);
+    }
+
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        let (bus, devfn, reg, byte) = ecam_decode(offset);
+        if byte + data.len() > 4 {
+            return;
+        }
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .config_write(bus, devfn, reg, byte, data);
+    }
+}
+
+fn read_bytes(v: u32, byte: usize, data: &mut [u8]) {
+    let bytes = v.to_le_bytes();
+    for (i, d) in data.iter_mut().enumerate() {
+        *d = bytes.get(byte + i).copied().unwrap_or(0xff);
+    }
+}
+
+/// Configuration mechanism #1: address at 0xCF8, data at 0xCFC..0xCFF.
+/// A byte write to 0xCF9 is the chipset's reset control register instead.
+pub struct PioConfig {
+    root: Arc<Mutex<PciRoot>>,
+    address: u32,
+    on_reset: Box<dyn Fn() + Send>,
+}
+
+/// Reset control (0xCF9): bit 2 starts the reset.
+const RESET_CONTROL_RST_CPU: u8 = 1 << 2;
+
+impl PioConfig {
+    pub fn new(root: Arc<Mutex<PciRoot>>, on_reset: Box<dyn Fn() + Send>) -> Self {
+        PioConfig {
+            root,
+            address: 0,
+            on_reset,
+        }
+    }
+
+    fn target(&self) -> Option<(u8, u8, usize)> {
+        (self.address & 0x8000_0000 != 0).then_some((
+            (self.address >> 16) as u8,
+            (self.address >> 8) as u8,
+            ((self.address >> 2) & 0x3f) as usize,
+        ))
+    }
+}
+
+impl BusDevice for PioConfig {
+    fn read(&mut self, offset: u64, data: &mut [u8]) {
+        if offset < 4 {
+            read_bytes(self.address, offset as usize, data);
+            return;
+        }
+        let v = match self.target() {
+            Some((bus, devfn, reg)) => self
+                .root
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .config_read(bus, devfn, reg),
+            None => 0xffff_ffff,
+        };
+        read_bytes(v, (offset - 4) as usize, data);
+    }
+
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        if offset < 4 {
+            match (offset, data) {
+                (0, &[a, b, c, d]) => self.address = u32::from_le_bytes([a, b, c, d]),
+                (1, &[v]) if v & RESET_CONTROL_RST_CPU != 0 => (self.on_reset)(),
+                _ => {}
+            }
+            return;
+        }
+        let byte = (offset - 4) as usize;
+        if byte + data.len() > 4 {
+            return;
+        }
+        if let Some((bus, devfn, reg)) = self.target() {
+            self.root
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .config_write(bus, devfn, reg, byte, data);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use config::BarKind;
+
+    struct Probe {
+        config: PciConfig,
+        moved: Vec<(usize, Option<u64>, u64)>,
+        last_write: Option<(usize, u64, Vec<u8>)>,
+    }
+
+    impl PciDevice for Probe {
+        fn config(&self) -> &PciConfig {
+            &self.config
+        }
+        fn config_write(&mut self, reg: usize, offset: usize, data: &[u8]) {
+            self.config.write_reg(reg, offset, data);
+        }
+        fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]) {
+            data.fill((bar as u8) << 4 | offset as u8);
+        }
+        fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]) {
+            self.last_write = Some((bar, offset, data.to_vec()));
+        }
+        fn bar_moved(&mut self, bar: usize, old: Option<u64>, new: u64) {
+            self.moved.push((bar, old, new));
+        }
+    }
+
+    #[test]
+    fn bars_follow_the_guest_and_route_mmio() {
+        let mmio = Arc::new(Bus::new());
+        let root = Arc::new(Mutex::new(PciRoot::new(mmio.clone())));
+        let mut cfg = PciConfig::new(HOST_BRIDGE_IDS);
+        cfg.add_bar(0, 0x1000, BarKind::Mem32).unwrap();
+        cfg.set_bar_addr(0, 0xc000_0000);
+        let probe = Arc::new(Mutex::new(Probe {
+            config: cfg,
+            moved: vec![],
+            last_write: None,
+        }));
+        let devfn = root.lock().unwrap().add(probe.clone()).unwrap();
+        assert_eq!(devfn, 8);
+
+        let resets = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let r = resets.clone();
+        let mut cf8 = PioConfig::new(
+            root.clone(),
+            Box::new(move || {
+                r.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }),
+        );
+        cf8.write(1, &[0x02]);
+        assert_eq!(resets.load(std::sync::atomic::Ordering::Relaxed), 0);
+        cf8.write(1, &[0x06]);
+        assert_eq!(resets.load(std::sync::atomic::Ordering::Relaxed), 1);
+        let addr = 0x8000_0000u32 | (u32::from(devfn) << 8) | (1 << 2);
+        cf8.write(0, &addr.to_le_bytes());
+        cf8.write(4, &[0x02, 0x00]); // memory decode on
+        assert_eq!(probe.lock().unwrap().moved, vec![(0, None, 0xc000_0000)]);
+        let mut b = [0u8; 1];
+        assert!(mmio.read(0xc000_0003, &mut b));
+        assert_eq!(b[0], 0x03);
+
+        // Move the BAR through ECAM.
+        let mut ecam = Ecam(root.clone());
+        ecam.write(u64::from(devfn) << 12 | 0x10, &0xc010_0000u32.to_le_bytes());
+        assert_eq!(
+            probe.lock().unwrap().moved.last(),
+            Some(&(0, Some(0xc000_0000), 0xc010_0000))
+        );
+        assert!(!mmio.read(0xc000_0003, &mut b));
+        assert!(mmio.write(0xc010_0008, &[7]));
+        assert_eq!(probe.lock().unwrap().last_write, Some((0, 8, vec![7])));
+
+        // Absent functions and buses read all-ones.
+        let mut d = [0u8; 4];
+        ecam.read(3 << 15, &mut d);
+        assert_eq!(d, [0xff; 4]);
+        ecam.read(1 << 20, &mut d);
+        assert_eq!(d, [0xff; 4]);
+        // The host bridge answers at 00.0.
+        ecam.read(0, &mut d);
+        assert_eq!(u32::from_le_bytes(d), 0x0008_1b36);
+    }
+
+    #[test]
+    fn window_aligns_and_runs_out() {
+        let mut w = Window::new(0x1000, 0x10000);
+        assert_eq!(w.alloc(0x100, 0x100).unwrap(), 0x1000);
+        assert_eq!(w.alloc(0x4000, 0x4000).unwrap(), 0x4000);
+        assert!(matches!(
+            w.alloc(0x10000, 0x10000),
+            Err(PciError::NoSpace(_))
+        ));
+    }
+}

@@ -1,0 +1,591 @@
+//! The virtio-pci modern transport (virtio 1.x, section 4.1).
+//!
+//! BAR0 (32 KiB) holds every structure the driver needs:
+//!
+//! | offset  | structure                                     |
+//! |---------|-----------------------------------------------|
+//! | 0x0000  | common configuration                          |
+//! | 0x1000  | ISR status                                    |
+//! | 0x2000  | device configuration                          |
+//! | 0x3000  | notifications, 4 bytes per queue (ioeventfds) |
+//! | 0x4000  | MSI-X table                                   |
+//! | 0x6000  | MSI-X pending bits                            |
+//!
+//! Queue notifications never reach this code: KVM signals the queue's
+//! eventfd directly and the device's worker thread wakes up.
+
+use std::sync::atomic::{AtomicU16, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+use kvm_ioctls::{IoEventAddress, NoDatamatch, VmFd};
+use virtio_devices::{
+    ActivateContext, ActiveQueue, InterruptKind, VirtioDevice, VirtioInterrupt, VIRTIO_F_VERSION_1,
+};
+use virtio_queue::{Queue, QueueT};
+use vm_memory::GuestMemoryMmap;
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use super::config::{BarKind, PciConfig, PciIds};
+use super::msix::{Msix, SharedMsix};
+use super::PciDevice;
+
+const BAR_SIZE: u64 = 0x8000;
+const COMMON_OFFSET: u64 = 0x0000;
+const COMMON_SIZE: u64 = 0x38;
+const ISR_OFFSET: u64 = 0x1000;
+const DEVICE_OFFSET: u64 = 0x2000;
+const DEVICE_SIZE: u64 = 0x1000;
+const NOTIFY_OFFSET: u64 = 0x3000;
+const NOTIFY_SIZE: u64 = 0x1000;
+const NOTIFY_MULTIPLIER: u32 = 4;
+const MSIX_TABLE_OFFSET: u64 = 0x4000;
+const MSIX_PBA_OFFSET: u64 = 0x6000;
+
+const VIRTIO_PCI_VENDOR: u16 = 0x1af4;
+const VIRTIO_PCI_DEVICE_BASE: u16 = 0x1040;
+const PCI_CAP_ID_VENDOR: u8 = 0x09;
+const PCI_CAP_ID_MSIX: u8 = 0x11;
+const CAP_COMMON: u8 = 1;
+const CAP_NOTIFY: u8 = 2;
+const CAP_ISR: u8 = 3;
+const CAP_DEVICE: u8 = 4;
+
+/// "No vector" in virtio's MSI-X vector fields.
+pub const NO_VECTOR: u16 = 0xffff;
+
+const STATUS_ACKNOWLEDGE: u8 = 1;
+const STATUS_DRIVER: u8 = 2;
+const STATUS_DRIVER_OK: u8 = 4;
+const STATUS_FEATURES_OK: u8 = 8;
+const STATUS_FAILED: u8 = 0x80;
+
+/// What the driver programmed for one queue.
+struct QueueConfig {
+    max_size: u16,
+    size: u16,
+    enabled: bool,
+    desc: u64,
+    avail: u64,
+    used: u64,
+    notify: EventFd,
+}
+
+/// Delivers a device's interrupts through this transport's MSI-X vectors.
+struct PciInterrupt {
+    msix: SharedMsix,
+    isr: Arc<AtomicU8>,
+    config_vector: Arc<AtomicU16>,
+    queue_vectors: Arc<[AtomicU16]>,
+}
+
+impl VirtioInterrupt for PciInterrupt {
+    fn trigger(&self, kind: InterruptKind) -> std::io::Result<()> {
+        let (vector, isr_bit) = match kind {
+            InterruptKind::Config => (self.config_vector.load(Ordering::Acquire), 2),
+            InterruptKind::Queue(q) => (
+                self.queue_vectors
+                    .get(usize::from(q))
+                    .map_or(NO_VECTOR, |v| v.load(Ordering::Acquire)),
+                1,
+            ),
+        };
+        self.isr.fetch_or(isr_bit, Ordering::AcqRel);
+        if vector != NO_VECTOR {
+            self.msix
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .trigger(vector);
+        }
+        Ok(())
+    }
+}
+
+/// A virtio device behind the PCI transport.
+pub struct VirtioPci {
+    config: PciConfig,
+    msix_cap: usize,
+    dev: Box<dyn VirtioDevice>,
+    vm: Arc<VmFd>,
+    mem: GuestMemoryMmap,
+    msix: SharedMsix,
+    isr: Arc<AtomicU8>,
+    config_vector: Arc<AtomicU16>,
+    queue_vectors: Arc<[AtomicU16]>,
+    queues: Vec<QueueConfig>,
+    device_feature_select: u32,
+    driver_feature_select: u32,
+    driver_features: u64,
+    status: u8,
+    config_generation: u8,
+    queue_select: u16,
+    active: bool,
+    notify_base: Option<u64>,
+}
+
+/// Errors building the transport.
+#[derive(Debug, thiserror::Error)]
+pub enum VirtioPciError {
+    #[error("eventfd: {0}")]
+    EventFd(std::io::Error),
+    #[error("config space: {0}")]
+    Config(#[from] super::config::ConfigError),
+    #[error("device has {0} queues; the transport supports at most 1023")]
+    TooManyQueues(usize),
+}
+
+fn vendor_cap(cfg_type: u8, offset: u64, length: u64, extra: &[u8]) -> Vec<u8> {
+    // virtio_pci_cap after the ID/next bytes: cap_len, cfg_type, bar, id, padding[2], offset, length.
+    let mut body = vec![(16 + extra.len()) as u8, cfg_type, 0, 0, 0, 0];
+    body.extend_from_slice(&(offset as u32).to_le_bytes());
+    body.extend_from_slice(&(length as u32).to_le_bytes());
+    body.extend_from_slice(extra);
+    body
+}
+
+impl VirtioPci {
+    pub fn new(
+        dev: Box<dyn VirtioDevice>,
+        vm: Arc<VmFd>,
+        mem: GuestMemoryMmap,
+    ) -> Result<Self, VirtioPciError> {
+        let nq = dev.queue_max_sizes().len();
+        if nq >= 1024 {
+            return Err(VirtioPciError::TooManyQueues(nq));
+        }
+        let ty = dev.device_type();
+        let mut config = PciConfig::new(PciIds {
+            vendor: VIRTIO_PCI_VENDOR,
+            device: VIRTIO_PCI_DEVICE_BASE + ty as u16,
+            class: 0xff_00_00,
+            revision: 1,
+            subsystem_vendor: VIRTIO_PCI_VENDOR,
+            subsystem: 0x40,
+        });
+        config.add_bar(0, BAR_SIZE, BarKind::Mem32)?;
+        config.add_capability(
+            PCI_CAP_ID_VENDOR,
+            &vendor_cap(CAP_COMMON, COMMON_OFFSET, COMMON_SIZE, &[]),
+            &[],
+        )?;
+        config.add_capability(
+            PCI_CAP_ID_VENDOR,
+            &vendor_cap(
+                CAP_NOTIFY,
+                NOTIFY_OFFSET,
+                NOTIFY_SIZE,
+                &NOTIFY_MULTIPLIER.to_le_bytes(),
+            ),
+            &[],
+        )?;
+        config.add_capability(
+            PCI_CAP_ID_VENDOR,
+            &vendor_cap(CAP_ISR, ISR_OFFSET, 1, &[]),
+            &[],
+        )?;
+        config.add_capability(
+            PCI_CAP_ID_VENDOR,
+            &vendor_cap(CAP_DEVICE, DEVICE_OFFSET, DEVICE_SIZE, &[]),
+            &[],
+        )?;
+        let vectors = nq as u16 + 1;
+        let mut msix_body = Vec::new();
+        msix_body.extend_from_slice(&(vectors - 1).to_le_bytes());
+        msix_body.extend_from_slice(&(MSIX_TABLE_OFFSET as u32).to_le_bytes());
+        msix_body.extend_from_slice(&(MSIX_PBA_OFFSET as u32).to_le_bytes());
+        let msix_cap = config.add_capability(PCI_CAP_ID_MSIX, &msix_body, &[0x00, 0xc0])?;
+
+        let mut queues = Vec::with_capacity(nq);
+        for &max in dev.queue_max_sizes() {
+            queues.push(QueueConfig {
+                max_size: max,
+                size: max,
+                enabled: false,
+                desc: 0,
+                avail: 0,
+                used: 0,
+                notify: EventFd::new(EFD_NONBLOCK).map_err(VirtioPciError::EventFd)?,
+            });
+        }
+        Ok(VirtioPci {
+            config,
+            msix_cap,
+            msix: Arc::new(Mutex::new(Msix::new(vectors, Some(vm.clone())))),
+            dev,
+            vm,
+            mem,
+            isr: Arc::new(AtomicU8::new(0)),
+            config_vector: Arc::new(AtomicU16::new(NO_VECTOR)),
+            queue_vectors: (0..nq).map(|_| AtomicU16::new(NO_VECTOR)).collect(),
+            queues,
+            device_feature_select: 0,
+            driver_feature_select: 0,
+            driver_features: 0,
+            status: 0,
+            config_generation: 0,
+            queue_select: 0,
+            active: false,
+            notify_base: None,
+        })
+    }
+
+    /// Firmware-style placement of BAR0 before the guest boots.
+    pub fn set_bar0(&mut self, addr: u64) {
+        self.config.set_bar_addr(0, addr);
+    }
+
+    pub fn bar0_size() -> u64 {
+        BAR_SIZE
+    }
+
+    fn selected_queue(&mut self) -> Option<&mut QueueConfig> {
+        self.queues.get_mut(usize::from(self.queue_select))
+    }
+
+    fn read_common(&self, offset: u64, data: &mut [u8]) {
+        let q = self.queues.get(usize::from(self.queue_select));
+        let features = self.dev.features() | VIRTIO_F_VERSION_1;
+        let v: u64 = match offset {
+            0x00 => u64::from(self.device_feature_select),
+            0x04 => match self.device_feature_select {
+                0 => features & 0xffff_ffff,
+                1 => features >> 32,
+                _ => 0,
+            },
+            0x08 => u64::from(self.driver_feature_select),
+            0x0c => match self.driver_feature_select {
+                0 => self.driver_features & 0xffff_ffff,
+                1 => self.driver_features >> 32,
+                _ => 0,
+            },
+            0x10 => u64::from(self.config_vector.load(Ordering::Acquire)),
+            0x12 => self.queues.len() as u64,
+            0x14 => u64::from(self.status),
+            0x15 => u64::from(self.config_generation),
+            0x16 => u64::from(self.queue_select),
+            0x18 => q.map_or(0, |q| u64::from(q.size)),
+            0x1a => self
+                .queue_vectors
+                .get(usize::from(self.queue_select))
+                .map_or(u64::from(NO_VECTOR), |v| {
+                    u64::from(v.load(Ordering::Acquire))
+                }),
+            0x1c => q.map_or(0, |q| u64::from(q.enabled)),
+            0x1e => q.map_or(0, |_| u64::from(self.queue_select)),
+            0x20 => q.map_or(0, |q| q.desc),
+            0x24 => q.map_or(0, |q| q.desc >> 32),
+            0x28 => q.map_or(0, |q| q.avail),
+            0x2c => q.map_or(0, |q| q.avail >> 32),
+            0x30 => q.map_or(0, |q| q.used),
+            0x34 => q.map_or(0, |q| q.used >> 32),
+            _ => 0,
+        };
+        let bytes = v.to_le_bytes();
+        for (i, d) in data.iter_mut().enumerate() {
+            *d = bytes.get(i).copied().unwrap_or(0);
+        }
+    }
+
+    fn write_common(&mut self, offset: u64, data: &[u8]) {
+        let mut buf = [0u8; 8];
+        let n = data.len().min(8);
+        buf[..n].copy_from_slice(&data[..n]);
+        let v = u64::from_le_bytes(buf);
+        let lo32 = |old: u64| (old & !0xffff_ffff) | (v & 0xffff_ffff);
+        let hi32 = |old: u64| (old & 0xffff_ffff) | (v << 32);
+        // Queue layout may only change while the queue is disabled.
+        let queue_writable = !self.active;
+        match offset {
+            0x00 => self.device_feature_select = v as u32,
+            0x08 => self.driver_feature_select = v as u32,
+            0x0c => {
+                if self.status & STATUS_FEATURES_OK == 0 {
+                    let val = v & 0xffff_ffff;
+                    match self.driver_feature_select {
+                        0 => self.driver_features = (self.driver_features & !0xffff_ffff) | val,
+                        1 => {
+                            self.driver_features =
+                                (self.driver_features & 0xffff_ffff) | (val << 32)
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            0x10 => self
+                .config_vector
+                .store(self.valid_vector(v as u16), Ordering::Release),
+            0x14 => self.write_status(v as u8),
+            0x16 => self.queue_select = v as u16,
+            0x18 if queue_writable => {
+                if let Some(q) = self.selected_queue() {
+                    let size = v as u16;
+                    // Split queues need a power-of-two size up to the maximum.
+                    if size.is_power_of_two() && size <= q.max_size {
+                        q.size = size;
+                    }
+                }
+            }
+            0x1a => {
+                let vector = self.valid_vector(v as u16);
+                if let Some(slot) = self.queue_vectors.get(usize::from(self.queue_select)) {
+                    slot.store(vector, Ordering::Release);
+                }
+            }
+            0x1c if queue_writable => {
+                if let Some(q) = self.selected_queue() {
+                    q.enabled = v & 1 == 1;
+                }
+            }
+            0x20 if queue_writable => self
+                .selected_queue()
+                .into_iter()
+                .for_each(|q| q.desc = lo32(q.desc)),
+            0x24 if queue_writable => self
+                .selected_queue()
+                .into_iter()
+                .for_each(|q| q.desc = hi32(q.desc)),
+            0x28 if queue_writable => self
+                .selected_queue()
+                .into_iter()
+                .for_each(|q| q.avail = lo32(q.avail)),
+            0x2c if queue_writable => self
+                .selected_queue()
+                .into_iter()
+                .for_each(|q| q.avail = hi32(q.avail)),
+            0x30 if queue_writable => self
+                .selected_queue()
+                .into_iter()
+                .for_each(|q| q.used = lo32(q.used)),
+            0x34 if queue_writable => self
+                .selected_queue()
+                .into_iter()
+                .for_each(|q| q.used = hi32(q.used)),
+            _ => log::debug!("virtio-pci: ignored common config write at {offset:#x}"),
+        }
+    }
+
+    /// A vector number the table actually has, else "no vector" (the driver reads it back).
+    fn valid_vector(&self, v: u16) -> u16 {
+        let n = self
+            .msix
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .vectors();
+        if v < n {
+            v
+        } else {
+            NO_VECTOR
+        }
+    }
+
+    fn write_status(&mut self, v: u8) {
+        if v == 0 {
+            self.reset();
+            return;
+        }
+        let mut v = v;
+        if v & STATUS_FEATURES_OK != 0 && self.status & STATUS_FEATURES_OK == 0 {
+            let offered = self.dev.features() | VIRTIO_F_VERSION_1;
+            if self.driver_features & !offered != 0
+                || self.driver_features & VIRTIO_F_VERSION_1 == 0
+            {
+                log::warn!(
+                    "virtio-pci: driver asked for unsupported features {:#x}",
+                    self.driver_features
+                );
+                v &= !STATUS_FEATURES_OK;
+            } else {
+                self.dev.ack_features(self.driver_features);
+            }
+        }
+        self.status = v;
+        let ready = STATUS_ACKNOWLEDGE | STATUS_DRIVER | STATUS_FEATURES_OK | STATUS_DRIVER_OK;
+        if !self.active && v & ready == ready && v & STATUS_FAILED == 0 {
+            self.activate();
+        }
+    }
+
+    fn activate(&mut self) {
+        let mut active = Vec::new();
+        for (i, qc) in self.queues.iter().enumerate() {
+            if !qc.enabled {
+                continue;
+            }
+            let mut q = match Queue::new(qc.max_size) {
+                Ok(q) => q,
+                Err(e) => {
+                    log::error!("virtio-pci: queue {i}: {e:?}");
+                    self.status |= STATUS_FAILED;
+                    return;
+                }
+            };
+            q.set_size(qc.size);
+            q.set_desc_table_address(Some(qc.desc as u32), Some((qc.desc >> 32) as u32));
+            q.set_avail_ring_address(Some(qc.avail as u32), Some((qc.avail >> 32) as u32));
+            q.set_used_ring_address(Some(qc.used as u32), Some((qc.used >> 32) as u32));
+            q.set_ready(true);
+            if !q.is_valid(&self.mem) {
+                log::error!("virtio-pci: queue {i} rings are outside guest memory");
+                self.status |= STATUS_FAILED;
+                return;
+            }
+            let notify = match qc.notify.try_clone() {
+                Ok(fd) => fd,
+                Err(e) => {
+                    log::error!("virtio-pci: queue {i}: {e}");
+                    self.status |= STATUS_FAILED;
+                    return;
+                }
+            };
+            active.push(ActiveQueue {
+                index: i as u16,
+                queue: q,
+                notify,
+            });
+        }
+        let ctx = ActivateContext {
+            mem: self.mem.clone(),
+            interrupt: Arc::new(PciInterrupt {
+                msix: self.msix.clone(),
+                isr: self.isr.clone(),
+                config_vector: self.config_vector.clone(),
+                queue_vectors: self.queue_vectors.clone(),
+            }),
+            queues: active,
+        };
+        match self.dev.activate(ctx) {
+            Ok(()) => self.active = true,
+            Err(e) => {
+                log::error!(
+                    "virtio-pci: activate device type {}: {e}",
+                    self.dev.device_type()
+                );
+                self.status |= STATUS_FAILED;
+            }
+        }
+    }
+
+    fn reset(&mut self) {
+        if self.active {
+            self.dev.reset();
+            self.active = false;
+        }
+        self.status = 0;
+        self.driver_features = 0;
+        self.device_feature_select = 0;
+        self.driver_feature_select = 0;
+        self.queue_select = 0;
+        self.isr.store(0, Ordering::Release);
+        self.config_vector.store(NO_VECTOR, Ordering::Release);
+        for (q, v) in self.queues.iter_mut().zip(self.queue_vectors.iter()) {
+            q.size = q.max_size;
+            q.enabled = false;
+            q.desc = 0;
+            q.avail = 0;
+            q.used = 0;
+            // Drop a stale notification so a fresh activation starts clean.
+            let _ = q.notify.read();
+            v.store(NO_VECTOR, Ordering::Release);
+        }
+    }
+
+    fn register_notifiers(&mut self, base: u64) {
+        if let Some(old) = self.notify_base.take() {
+            for (i, q) in self.queues.iter().enumerate() {
+                let addr = IoEventAddress::Mmio(
+                    old + NOTIFY_OFFSET + i as u64 * u64::from(NOTIFY_MULTIPLIER),
+                );
+                if let Err(e) = self.vm.unregister_ioevent(&q.notify, &addr, NoDatamatch) {
+                    log::warn!("virtio-pci: unregister ioeventfd: {e}");
+                }
+            }
+        }
+        for (i, q) in self.queues.iter().enumerate() {
+            let addr = IoEventAddress::Mmio(
+                base + NOTIFY_OFFSET + i as u64 * u64::from(NOTIFY_MULTIPLIER),
+            );
+            if let Err(e) = self.vm.register_ioevent(&q.notify, &addr, NoDatamatch) {
+                log::error!("virtio-pci: register ioeventfd at {base:#x}: {e}");
+                return;
+            }
+        }
+        self.notify_base = Some(base);
+    }
+}
+
+impl PciDevice for VirtioPci {
+    fn config(&self) -> &PciConfig {
+        &self.config
+    }
+
+    fn config_write(&mut self, reg: usize, offset: usize, data: &[u8]) {
+        self.config.write_reg(reg, offset, data);
+        if reg == self.msix_cap / 4 {
+            let control = (self.config.read_reg(reg) >> 16) as u16;
+            self.msix
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .set_control(control);
+        }
+    }
+
+    fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]) {
+        data.fill(0);
+        if bar != 0 {
+            return;
+        }
+        match offset {
+            o if o < COMMON_OFFSET + COMMON_SIZE => self.read_common(o - COMMON_OFFSET, data),
+            o if o == ISR_OFFSET => {
+                // Reading the ISR acknowledges it.
+                if let Some(b) = data.first_mut() {
+                    *b = self.isr.swap(0, Ordering::AcqRel);
+                }
+            }
+            o if (DEVICE_OFFSET..DEVICE_OFFSET + DEVICE_SIZE).contains(&o) => {
+                self.dev.read_config(o - DEVICE_OFFSET, data)
+            }
+            o if (MSIX_TABLE_OFFSET..MSIX_PBA_OFFSET).contains(&o) => self
+                .msix
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .read_table(o - MSIX_TABLE_OFFSET, data),
+            o if (MSIX_PBA_OFFSET..BAR_SIZE).contains(&o) => self
+                .msix
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .read_pba(o - MSIX_PBA_OFFSET, data),
+            _ => {}
+        }
+    }
+
+    fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]) {
+        if bar != 0 {
+            return;
+        }
+        match offset {
+            o if o < COMMON_OFFSET + COMMON_SIZE => self.write_common(o - COMMON_OFFSET, data),
+            o if (DEVICE_OFFSET..DEVICE_OFFSET + DEVICE_SIZE).contains(&o) => {
+                self.dev.write_config(o - DEVICE_OFFSET, data)
+            }
+            o if (NOTIFY_OFFSET..NOTIFY_OFFSET + NOTIFY_SIZE).contains(&o) => {
+                // Only reached before the ioeventfds exist (or if KVM refused them).
+                let q = ((o - NOTIFY_OFFSET) / u64::from(NOTIFY_MULTIPLIER)) as usize;
+                if let Some(qc) = self.queues.get(q) {
+                    let _ = qc.notify.write(1);
+                }
+            }
+            o if (MSIX_TABLE_OFFSET..MSIX_PBA_OFFSET).contains(&o) => self
+                .msix
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .write_table(o - MSIX_TABLE_OFFSET, data),
+            _ => {}
+        }
+    }
+
+    fn bar_moved(&mut self, bar: usize, _old: Option<u64>, new: u64) {
+        if bar == 0 {
+            self.register_notifiers(new);
+        }
+    }
+}
