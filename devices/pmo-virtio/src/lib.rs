@@ -6,3 +6,4 @@
 
 pub mod crypto;
 pub mod medium;
+pub mod store;

@@ -1,0 +1,313 @@
+//! PMO table records: one slot per PMO, two copies per slot.
+//!
+//! A record update writes the copy that is *not* current with a higher sequence number and its own
+//! checksum, then persists it. A crash mid-write leaves a copy whose checksum fails, so the other
+//! (older, complete) copy wins at open: every record update is crash-atomic.
+
+use super::codec::{checksum, Dec, Enc};
+use super::design::Design;
+use super::superblock::{Superblock, SLOT_SIZE};
+use crate::crypto::{KeyParams, Suite};
+use crate::medium::{Medium, MediumError};
+
+const MAGIC: u32 = 0x524f_4d50; // "PMOR"
+/// Longest PMO name.
+pub const MAX_NAME: usize = 64;
+
+/// Persistent per-PMO state: the states of the papers' diagrams that must survive a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PmoState {
+    /// Slot unused.
+    Free,
+    /// Detached (D): at rest.
+    Detached,
+    /// Attached for reading (R).
+    Read,
+    /// Attached for writing (W).
+    Write,
+    /// Encrypting dirty pages into the TSC (LPMO EP; LOaPP P / EPP): not yet committed.
+    EncryptPersist,
+    /// Committed; copying the TSC into primaries and tree (LPMO TC; LOaPP CP / CPP).
+    TscCopy,
+    /// Destroying the shadow: scrubbing the TSC (LOaPP DS; LPMO DT).
+    DestroyShadow,
+    /// pdestroy in progress: scrubbing the whole extent.
+    Destroying,
+}
+
+impl PmoState {
+    fn code(self) -> u8 {
+        match self {
+            PmoState::Free => 0,
+            PmoState::Detached => 1,
+            PmoState::Read => 2,
+            PmoState::Write => 3,
+            PmoState::EncryptPersist => 4,
+            PmoState::TscCopy => 5,
+            PmoState::DestroyShadow => 6,
+            PmoState::Destroying => 7,
+        }
+    }
+    fn from_code(c: u8) -> Option<Self> {
+        Some(match c {
+            0 => PmoState::Free,
+            1 => PmoState::Detached,
+            2 => PmoState::Read,
+            3 => PmoState::Write,
+            4 => PmoState::EncryptPersist,
+            5 => PmoState::TscCopy,
+            6 => PmoState::DestroyShadow,
+            7 => PmoState::Destroying,
+            _ => return None,
+        })
+    }
+    /// Short name as in the papers' diagrams.
+    pub fn name(self) -> &'static str {
+        match self {
+            PmoState::Free => "free",
+            PmoState::Detached => "D",
+            PmoState::Read => "R",
+            PmoState::Write => "W",
+            PmoState::EncryptPersist => "EP",
+            PmoState::TscCopy => "TC",
+            PmoState::DestroyShadow => "DS",
+            PmoState::Destroying => "destroying",
+        }
+    }
+}
+
+/// Errors decoding a record.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RecordError {
+    /// Neither copy is valid but the slot is not blank.
+    #[error("PMO table slot {0} is damaged")]
+    Damaged(u32),
+}
+
+/// One PMO's persistent record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Update sequence number (higher wins).
+    pub seq: u64,
+    /// Persistent state.
+    pub state: PmoState,
+    /// Design the PMO was created with (default for attach).
+    pub design: Design,
+    /// Name.
+    pub name: String,
+    /// Number of 4 KiB pages.
+    pub npages: u64,
+    /// Extent offset on the medium.
+    pub ext_off: u64,
+    /// Extent length.
+    pub ext_len: u64,
+    /// Key derivation parameters (salt, uid, suite, paper IV).
+    pub keys: KeyParams,
+    /// Key check value.
+    pub kcv: [u8; 32],
+    /// Epoch of the last completed psync (page versions are epochs).
+    pub epoch: u64,
+    /// Every epoch below this may have been used for a ciphertext; never reuse one.
+    pub next_epoch: u64,
+    /// Merkle root over the per-page metadata.
+    pub root: [u8; 32],
+    /// Keyed MAC over (uid, epoch, npages, root).
+    pub root_mac: [u8; 32],
+    /// Bytes of the committed journal in the TSC (state TscCopy).
+    pub journal_len: u64,
+    /// Checksum of that journal.
+    pub journal_sum: [u8; 32],
+    /// High-water mark of TSC bytes written since the last scrub.
+    pub tsc_dirty: u64,
+}
+
+impl Record {
+    fn encode(&self) -> Vec<u8> {
+        let mut e = Enc::default();
+        let name = self.name.as_bytes();
+        let mut nb = [0u8; MAX_NAME];
+        let n = name.len().min(MAX_NAME);
+        nb[..n].copy_from_slice(&name[..n]);
+        e.u32(MAGIC)
+            .u64(self.seq)
+            .u8(self.state.code())
+            .u8(self.design.code())
+            .u8(self.keys.suite.code())
+            .u8(n as u8)
+            .bytes(&nb)
+            .u64(self.npages)
+            .u64(self.ext_off)
+            .u64(self.ext_len)
+            .u64(self.keys.uid)
+            .bytes(&self.keys.salt)
+            .bytes(&self.keys.paper_iv)
+            .bytes(&self.kcv)
+            .u64(self.epoch)
+            .u64(self.next_epoch)
+            .bytes(&self.root)
+            .bytes(&self.root_mac)
+            .u64(self.journal_len)
+            .bytes(&self.journal_sum)
+            .u64(self.tsc_dirty);
+        let sum = checksum(&[&e.0]);
+        e.bytes(&sum);
+        e.0
+    }
+
+    fn decode(b: &[u8]) -> Option<Self> {
+        let mut d = Dec::new(b);
+        if d.u32().ok()? != MAGIC {
+            return None;
+        }
+        let seq = d.u64().ok()?;
+        let state = PmoState::from_code(d.u8().ok()?)?;
+        let design = Design::from_code(d.u8().ok()?)?;
+        let suite = Suite::from_code(d.u8().ok()?).ok()?;
+        let n = d.u8().ok()? as usize;
+        let nb = d.take(MAX_NAME).ok()?;
+        let name = std::str::from_utf8(nb.get(..n)?).ok()?.to_string();
+        let npages = d.u64().ok()?;
+        let ext_off = d.u64().ok()?;
+        let ext_len = d.u64().ok()?;
+        let uid = d.u64().ok()?;
+        let salt = d.arr().ok()?;
+        let paper_iv = d.arr().ok()?;
+        let kcv = d.arr().ok()?;
+        let epoch = d.u64().ok()?;
+        let next_epoch = d.u64().ok()?;
+        let root = d.arr().ok()?;
+        let root_mac = d.arr().ok()?;
+        let journal_len = d.u64().ok()?;
+        let journal_sum = d.arr().ok()?;
+        let tsc_dirty = d.u64().ok()?;
+        let sum: [u8; 32] = d.arr().ok()?;
+        if checksum(&[b.get(..ENCODED_BODY)?]) != sum {
+            return None;
+        }
+        Some(Self {
+            seq,
+            state,
+            design,
+            name,
+            npages,
+            ext_off,
+            ext_len,
+            keys: KeyParams { salt, paper_iv, suite, uid },
+            kcv,
+            epoch,
+            next_epoch,
+            root,
+            root_mac,
+            journal_len,
+            journal_sum,
+            tsc_dirty,
+        })
+    }
+}
+
+/// Length of the encoded record body before its checksum.
+const ENCODED_BODY: usize = 4 + 8 + 4 + MAX_NAME + 8 * 4 + 32 + 16 + 32 + 8 + 8 + 32 + 32 + 8 + 32 + 8;
+
+/// What a table slot holds after reading both copies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotContent {
+    /// Both copies blank (all zero): never used.
+    Blank,
+    /// A valid record; `copy` is the index of the current copy.
+    Valid { rec: Record, copy: u8 },
+    /// Not blank, but no copy decodes.
+    Damaged,
+}
+
+/// Reads and arbitrates the two copies of a slot.
+pub fn read_slot(m: &dyn Medium, sb: &Superblock, slot: u32) -> Result<SlotContent, MediumError> {
+    let mut buf = vec![0u8; SLOT_SIZE as usize];
+    m.read(sb.record_off(slot, 0), &mut buf)?;
+    Ok(arbitrate(&buf))
+}
+
+/// Picks the valid copy with the highest sequence number out of a raw slot.
+pub fn arbitrate(slot: &[u8]) -> SlotContent {
+    let half = (SLOT_SIZE / 2) as usize;
+    if slot.iter().all(|b| *b == 0) {
+        return SlotContent::Blank;
+    }
+    let a = slot.get(..half).and_then(Record::decode);
+    let b = slot.get(half..).and_then(Record::decode);
+    match (a, b) {
+        (Some(a), Some(b)) => {
+            if b.seq > a.seq {
+                SlotContent::Valid { rec: b, copy: 1 }
+            } else {
+                SlotContent::Valid { rec: a, copy: 0 }
+            }
+        }
+        (Some(a), None) => SlotContent::Valid { rec: a, copy: 0 },
+        (None, Some(b)) => SlotContent::Valid { rec: b, copy: 1 },
+        (None, None) => SlotContent::Damaged,
+    }
+}
+
+/// Writes `rec` (with `seq` bumped) into the non-current copy of `slot` and persists it.
+/// Returns the copy index that is now current.
+pub fn write_record(
+    m: &dyn Medium,
+    sb: &Superblock,
+    slot: u32,
+    current: u8,
+    rec: &mut Record,
+) -> Result<u8, MediumError> {
+    rec.seq += 1;
+    let next = 1 - current.min(1);
+    let b = rec.encode();
+    let off = sb.record_off(slot, next);
+    m.write(off, &b)?;
+    m.persist(off, b.len() as u64)?;
+    Ok(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec() -> Record {
+        Record {
+            seq: 1,
+            state: PmoState::Detached,
+            design: Design::D,
+            name: "x".into(),
+            npages: 3,
+            ext_off: 1 << 21,
+            ext_len: 1 << 21,
+            keys: KeyParams { salt: [1; 32], paper_iv: [2; 16], suite: Suite::XtsBlake3, uid: 7 },
+            kcv: [3; 32],
+            epoch: 0,
+            next_epoch: 1,
+            root: [0; 32],
+            root_mac: [4; 32],
+            journal_len: 0,
+            journal_sum: [0; 32],
+            tsc_dirty: 0,
+        }
+    }
+
+    #[test]
+    fn round_trip_and_torn_copy_loses() {
+        let r = rec();
+        let enc = r.encode();
+        assert!(enc.len() <= (SLOT_SIZE / 2) as usize);
+        assert_eq!(Record::decode(&enc), Some(r.clone()));
+        let mut slot = vec![0u8; SLOT_SIZE as usize];
+        slot[..enc.len()].copy_from_slice(&enc);
+        let mut r2 = r.clone();
+        r2.seq = 2;
+        r2.epoch = 5;
+        let enc2 = r2.encode();
+        slot[512..512 + enc2.len()].copy_from_slice(&enc2);
+        assert_eq!(arbitrate(&slot), SlotContent::Valid { rec: r2, copy: 1 });
+        slot[512 + 40] ^= 1; // torn newer copy
+        assert_eq!(arbitrate(&slot), SlotContent::Valid { rec: r, copy: 0 });
+        slot[40] ^= 1;
+        assert_eq!(arbitrate(&slot), SlotContent::Damaged);
+    }
+}

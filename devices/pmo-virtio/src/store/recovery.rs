@@ -1,0 +1,277 @@
+//! Opening a store: table scan, validation of everything read, and recovery of PMOs caught in
+//! the middle of an operation. Also the keyless `fsck`.
+//!
+//! Recovery per persistent state (no key is needed for any of it):
+//!
+//! | state at crash | meaning | recovery |
+//! |---|---|---|
+//! | D | at rest | nothing |
+//! | R, W | session died (process, VMM or power) | crash handler: scrub TSC, -> D |
+//! | EP | psync/detach encrypting into TSC, not committed | discard TSC, -> D (old state) |
+//! | TC | committed, copy to primaries unfinished | verify journal, redo copy, scrub, -> D (new state) |
+//! | DS | scrubbing TSC | scrub again, -> D |
+//! | destroying | pdestroy scrubbing | scrub extent, -> free |
+
+use super::alloc::Allocator;
+use super::record::{read_slot, write_record, Record, SlotContent};
+use super::superblock::Superblock;
+use super::tree::{TreeCache, TreeLayout};
+use super::{
+    journal, validate_name, Catalog, Gate, Geometry, PmoRt, PmoState, RecCell, Store, StoreError,
+    StoreInner, EXTENT_ALIGN, MAX_PMO_SIZE,
+};
+use crate::crypto::PAGE;
+use crate::medium::Medium;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// What recovery did to one PMO.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecoveryAction {
+    /// A session had died: TSC scrubbed, detached.
+    CrashHandler,
+    /// Uncommitted psync discarded (PMO as of the previous psync).
+    RolledBack,
+    /// Committed psync completed (PMO as of that psync).
+    RolledForward,
+    /// Shadow scrub finished.
+    ShadowScrubbed,
+    /// Interrupted pdestroy finished.
+    DestroyFinished,
+    /// Committed journal is damaged: the PMO is refused until repaired.
+    Damaged(String),
+}
+
+/// What `Store::open` found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Live PMOs after recovery.
+    pub pmos: usize,
+    /// Per-PMO actions: (name, state found, action).
+    pub actions: Vec<(String, PmoState, RecoveryAction)>,
+    /// Table slots that could not be decoded or failed validation.
+    pub bad_slots: Vec<(u32, String)>,
+}
+
+/// Result of `fsck`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FsckReport {
+    /// PMOs checked.
+    pub pmos: usize,
+    /// Problems found (empty = clean).
+    pub problems: Vec<String>,
+}
+
+fn validate(sb: &Superblock, r: &Record) -> Result<(TreeLayout, Geometry), String> {
+    validate_name(&r.name).map_err(|e| e.to_string())?;
+    if r.npages == 0 || r.npages > MAX_PMO_SIZE / PAGE as u64 {
+        return Err(format!("bad page count {}", r.npages));
+    }
+    let layout = TreeLayout::new(r.npages);
+    let geo = Geometry::of(r.npages, &layout);
+    let end = r.ext_off.checked_add(r.ext_len).ok_or("extent overflows")?;
+    if r.ext_off < sb.data_off
+        || end > sb.medium_len
+        || r.ext_len < geo.total()
+        || r.ext_off % EXTENT_ALIGN != 0
+    {
+        return Err("extent outside data area or too small".into());
+    }
+    if r.journal_len > geo.tsc_len {
+        return Err("journal longer than TSC".into());
+    }
+    Ok((layout, geo))
+}
+
+pub(super) fn open(m: Arc<dyn Medium>) -> Result<(Store, RecoveryReport), StoreError> {
+    let sb = Superblock::read(&*m)?;
+    let mut report = RecoveryReport::default();
+    let mut alloc = Allocator::new(sb.data_off, sb.medium_len, EXTENT_ALIGN);
+    let mut names: HashMap<String, Arc<PmoRt>> = HashMap::new();
+    let mut free_slots = BTreeMap::new();
+    let inner_m = m.clone();
+    for slot in 0..sb.slots {
+        let (rec, copy) = match read_slot(&*m, &sb, slot)? {
+            SlotContent::Blank => {
+                free_slots.insert(slot, (0, 1));
+                continue;
+            }
+            SlotContent::Damaged => {
+                report.bad_slots.push((slot, "no valid record copy".into()));
+                continue;
+            }
+            SlotContent::Valid { rec, copy } => (rec, copy),
+        };
+        if rec.state == PmoState::Free {
+            free_slots.insert(slot, (rec.seq, copy));
+            continue;
+        }
+        let (layout, _geo) = match validate(&sb, &rec) {
+            Ok(x) => x,
+            Err(why) => {
+                report.bad_slots.push((slot, why));
+                continue;
+            }
+        };
+        if names.contains_key(&rec.name) {
+            report.bad_slots.push((slot, format!("duplicate name {:?}", rec.name)));
+            continue;
+        }
+        if let Err(e) = alloc.reserve(rec.ext_off, rec.ext_len) {
+            report.bad_slots.push((slot, e.to_string()));
+            continue;
+        }
+        let rt = Arc::new(PmoRt {
+            slot,
+            name: rec.name.clone(),
+            npages: rec.npages,
+            ext_off: rec.ext_off,
+            layout,
+            rec: Mutex::new(RecCell { rec, copy }),
+            gate: Mutex::new(Gate::default()),
+            cv: Condvar::new(),
+            damaged: Mutex::new(None),
+        });
+        names.insert(rt.name.clone(), rt);
+    }
+    let inner = Arc::new(StoreInner {
+        m: inner_m,
+        sb,
+        cat: Mutex::new(Catalog { names: HashMap::new(), free_slots, alloc }),
+    });
+    // Recover PMOs caught mid-operation.
+    let mut live = HashMap::new();
+    let mut freed = Vec::new();
+    for (name, rt) in names {
+        let found = rt.lock_rec().rec.state;
+        match recover_one(&inner, &rt)? {
+            None => {
+                live.insert(name, rt);
+            }
+            Some(RecoveryAction::DestroyFinished) => {
+                report.actions.push((name, found, RecoveryAction::DestroyFinished));
+                freed.push(rt);
+            }
+            Some(a) => {
+                report.actions.push((name.clone(), found, a));
+                live.insert(name, rt);
+            }
+        }
+    }
+    {
+        let mut cat = inner.lock_cat();
+        for rt in freed {
+            let c = rt.lock_rec();
+            cat.alloc.release(c.rec.ext_off, c.rec.ext_len);
+            cat.free_slots.insert(rt.slot, (c.rec.seq, c.copy));
+        }
+        report.pmos = live.len();
+        cat.names = live;
+    }
+    report.actions.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok((Store { inner }, report))
+}
+
+fn recover_one(inner: &StoreInner, rt: &PmoRt) -> Result<Option<RecoveryAction>, StoreError> {
+    let mut cell = rt.lock_rec();
+    let action = match cell.rec.state {
+        PmoState::Detached | PmoState::Free => return Ok(None),
+        PmoState::Read | PmoState::Write => RecoveryAction::CrashHandler,
+        PmoState::EncryptPersist => RecoveryAction::RolledBack,
+        PmoState::DestroyShadow => RecoveryAction::ShadowScrubbed,
+        PmoState::TscCopy => {
+            let geo = rt.geometry();
+            let r = &cell.rec;
+            let res = journal::apply(
+                &*inner.m,
+                rt.ext_off + geo.tsc_rel(),
+                geo.tsc_len,
+                r.journal_len,
+                &r.journal_sum,
+                r.epoch,
+                rt.ext_off,
+                geo.tsc_rel(),
+            );
+            match res {
+                Ok(()) => RecoveryAction::RolledForward,
+                Err(journal::JournalError::Medium(e)) => return Err(e.into()),
+                Err(e) => {
+                    let why = e.to_string();
+                    *rt.damaged.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+                    return Ok(Some(RecoveryAction::Damaged(why)));
+                }
+            }
+        }
+        PmoState::Destroying => {
+            let (off, len) = (cell.rec.ext_off, cell.rec.ext_len);
+            inner.m.zero(off, len)?;
+            inner.m.persist(off, len)?;
+            cell.rec.state = PmoState::Free;
+            let c = cell.copy;
+            cell.copy = write_record(&*inner.m, &inner.sb, rt.slot, c, &mut cell.rec)?;
+            return Ok(Some(RecoveryAction::DestroyFinished));
+        }
+    };
+    if cell.rec.tsc_dirty > 0 {
+        cell.rec.state = PmoState::DestroyShadow;
+        let c = cell.copy;
+        cell.copy = write_record(&*inner.m, &inner.sb, rt.slot, c, &mut cell.rec)?;
+        inner.scrub_tsc(rt, cell.rec.tsc_dirty)?;
+        cell.rec.tsc_dirty = 0;
+    }
+    cell.rec.state = PmoState::Detached;
+    cell.rec.journal_len = 0;
+    let c = cell.copy;
+    cell.copy = write_record(&*inner.m, &inner.sb, rt.slot, c, &mut cell.rec)?;
+    Ok(Some(action))
+}
+
+pub(super) fn fsck(store: &Store, progress: &mut dyn FnMut(u64, u64)) -> FsckReport {
+    let inner = &store.inner;
+    let mut rep = FsckReport::default();
+    let rts: Vec<Arc<PmoRt>> = inner.lock_cat().names.values().cloned().collect();
+    let total = rts.len() as u64;
+    for (i, rt) in rts.iter().enumerate() {
+        rep.pmos += 1;
+        let (rec, _) = {
+            let c = rt.lock_rec();
+            (c.rec.clone(), c.copy)
+        };
+        if let Err(why) = validate(&inner.sb, &rec) {
+            rep.problems.push(format!("{}: {why}", rt.name));
+            continue;
+        }
+        if let Some(why) = rt.damaged.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            rep.problems.push(format!("{}: {why}", rt.name));
+        }
+        let geo = rt.geometry();
+        if rec.state == PmoState::TscCopy {
+            let r = journal::check(
+                &*inner.m,
+                rt.ext_off + geo.tsc_rel(),
+                geo.tsc_len,
+                rec.journal_len,
+                &rec.journal_sum,
+                rec.epoch,
+                geo.tsc_rel(),
+            );
+            if let Err(e) = r {
+                rep.problems.push(format!("{}: {e}", rt.name));
+            }
+        }
+        let cache = TreeCache::new(rec.root);
+        if let Err(e) = cache.verify_all(&rt.layout, &*inner.m, rt.ext_off + geo.meta_rel()) {
+            rep.problems.push(format!("{}: {e}", rt.name));
+        }
+        progress(i as u64 + 1, total);
+    }
+    // Re-read the table to catch damaged slots.
+    for slot in 0..inner.sb.slots {
+        match read_slot(&*inner.m, &inner.sb, slot) {
+            Ok(SlotContent::Damaged) => rep.problems.push(format!("slot {slot}: damaged record")),
+            Err(e) => rep.problems.push(format!("slot {slot}: {e}")),
+            _ => {}
+        }
+    }
+    rep
+}

@@ -1,0 +1,436 @@
+//! Attach sessions: fault, psync, detach and the crash handler.
+
+use super::journal::{self, JournalWriter};
+use super::tree::{Leaf, TreeCache, TreeUpdate};
+use super::{Design, Perm, PmoRt, PmoState, StoreError, StoreInner};
+use crate::crypto::{PageId, PmoKeys, PAGE};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, RwLock};
+use zeroize::Zeroize;
+
+/// Plaintext of a whole PMO held by a `wedi` session (zeroized on drop).
+struct PlainCopy(Vec<u8>);
+
+impl Drop for PlainCopy {
+    fn drop(&mut self) {
+        self.0.zeroize();
+    }
+}
+
+struct Core {
+    store: Arc<StoreInner>,
+    rt: Arc<PmoRt>,
+    perm: Perm,
+    design: Design,
+    keys: PmoKeys,
+    tree: TreeCache,
+    /// Faults hold it shared; psync holds it exclusive while primaries and tree change.
+    io: RwLock<()>,
+    /// Pages faulted in this session (BP re-encrypts them at detach).
+    touched: Mutex<BTreeSet<u64>>,
+    /// `wedi`: the attach-time plaintext.
+    plain: Option<RwLock<PlainCopy>>,
+    /// Serialises psync calls.
+    psync_lock: Mutex<()>,
+}
+
+/// An attach session on one PMO. `Send + Sync`: `fault` may run from several threads at once.
+/// Dropping a session without [`Session::detach`] runs the crash handler: the PMO stays as of its
+/// last psync, encrypted, and becomes detached.
+pub struct Session {
+    core: Option<Arc<Core>>,
+}
+
+/// Completion of a nonblocking detach.
+pub struct DetachHandle {
+    thread: Option<std::thread::JoinHandle<Result<(), StoreError>>>,
+    inline: Option<Result<(), StoreError>>,
+}
+
+impl DetachHandle {
+    /// Waits for the background part of the detach and returns its outcome.
+    pub fn wait(mut self) -> Result<(), StoreError> {
+        if let Some(t) = self.thread.take() {
+            return t.join().map_err(|_| StoreError::Worker)?;
+        }
+        self.inline.take().unwrap_or(Ok(()))
+    }
+}
+
+pub(crate) fn release_gate(rt: &PmoRt, perm: Perm) {
+    let mut g = rt.lock_gate();
+    match perm {
+        Perm::Write => g.writer = false,
+        Perm::Read => g.readers = g.readers.saturating_sub(1),
+    }
+    rt.cv.notify_all();
+}
+
+fn integrity(page: u64) -> impl Fn(super::TreeError) -> StoreError {
+    move |e| match e {
+        super::TreeError::Medium(m) => StoreError::Medium(m),
+        super::TreeError::Mismatch { .. } => StoreError::Integrity { page },
+    }
+}
+
+impl Session {
+    pub(crate) fn start(
+        store: Arc<StoreInner>,
+        rt: Arc<PmoRt>,
+        perm: Perm,
+        keys: PmoKeys,
+        design: Option<Design>,
+    ) -> Result<Session, StoreError> {
+        let (root, design) = {
+            let mut cell = rt.lock_rec();
+            let r = &cell.rec;
+            if !keys.check_root(r.epoch, r.npages, &r.root, &r.root_mac) {
+                return Err(StoreError::Corrupt {
+                    name: rt.name.clone(),
+                    why: "root MAC".into(),
+                });
+            }
+            let root = r.root;
+            let design = design.unwrap_or(r.design);
+            // Persist R/W (first attacher only), as in the papers' diagrams.
+            let want = match perm {
+                Perm::Write => PmoState::Write,
+                Perm::Read => PmoState::Read,
+            };
+            if cell.rec.state == PmoState::Detached || want == PmoState::Write {
+                cell.rec.state = want;
+                store.write_rec(&rt, &mut cell)?;
+            }
+            (root, design)
+        };
+        let mut core = Core {
+            store,
+            rt,
+            perm,
+            design,
+            keys,
+            tree: TreeCache::new(root),
+            io: RwLock::new(()),
+            touched: Mutex::new(BTreeSet::new()),
+            plain: None,
+            psync_lock: Mutex::new(()),
+        };
+        if design.whole() {
+            // WEDI: decrypt and verify the whole PMO now.
+            let n = core.rt.npages as usize;
+            let mut plain = PlainCopy(vec![0u8; n * PAGE]);
+            for p in 0..n as u64 {
+                let mut page = [0u8; PAGE];
+                let r = core.fault_medium(p, &mut page);
+                if let Err(e) = r {
+                    core.mark_detached_after_failure();
+                    return Err(e);
+                }
+                plain.0[p as usize * PAGE..(p as usize + 1) * PAGE].copy_from_slice(&page);
+                page.zeroize();
+            }
+            core.plain = Some(RwLock::new(plain));
+        }
+        Ok(Session { core: Some(Arc::new(core)) })
+    }
+
+    fn core(&self) -> &Arc<Core> {
+        // `core` is only taken by `detach(self)` / `drop`, after which `self` is gone.
+        match &self.core {
+            Some(c) => c,
+            None => unreachable!("session used after detach"),
+        }
+    }
+
+    /// Number of pages in the PMO.
+    pub fn pages(&self) -> u64 {
+        self.core().rt.npages
+    }
+
+    /// The design this session runs.
+    pub fn design(&self) -> Design {
+        self.core().design
+    }
+
+    /// The access mode.
+    pub fn perm(&self) -> Perm {
+        self.core().perm
+    }
+
+    /// Serves a page fault: verified plaintext of `page` into `out`. On any failure `out` holds no
+    /// plaintext (it is zeroed). Callable concurrently for different pages.
+    pub fn fault(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), StoreError> {
+        let c = self.core();
+        if page >= c.rt.npages {
+            return Err(StoreError::PageOutOfRange { page, npages: c.rt.npages });
+        }
+        if let Some(plain) = &c.plain {
+            let g = plain.read().unwrap_or_else(|e| e.into_inner());
+            let a = page as usize * PAGE;
+            out.copy_from_slice(&g.0[a..a + PAGE]);
+            return Ok(());
+        }
+        let _io = c.io.read().unwrap_or_else(|e| e.into_inner());
+        c.fault_medium(page, out)?;
+        c.touched.lock().unwrap_or_else(|e| e.into_inner()).insert(page);
+        Ok(())
+    }
+
+    /// Atomically persists the given dirty pages (page index, plaintext). A crash at any instant
+    /// leaves the PMO exactly as before or exactly as after. Later duplicates of a page win.
+    pub fn psync<'a, I>(&self, pages: I) -> Result<(), StoreError>
+    where
+        I: IntoIterator<Item = (u64, &'a [u8; PAGE])>,
+    {
+        let c = self.core();
+        if c.perm != Perm::Write {
+            return Err(StoreError::ReadOnly);
+        }
+        let mut dirty: BTreeMap<u64, &[u8; PAGE]> = BTreeMap::new();
+        for (p, d) in pages {
+            if p >= c.rt.npages {
+                return Err(StoreError::PageOutOfRange { page: p, npages: c.rt.npages });
+            }
+            dirty.insert(p, d);
+        }
+        let _serial = c.psync_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(plain) = &c.plain {
+            // WED/Ip: the PMO-level checksum covers every page: re-verify all pages' tags.
+            c.verify_every_page(&dirty)?;
+            let mut g = plain.write().unwrap_or_else(|e| e.into_inner());
+            for (p, d) in &dirty {
+                let a = *p as usize * PAGE;
+                g.0[a..a + PAGE].copy_from_slice(&d[..]);
+            }
+        }
+        c.commit(dirty.into_iter())
+    }
+
+    /// Nonblocking detach: returns at once; the design's detach work (re-encryption for `wedi`
+    /// and `bp`, TSC scrub for all) runs in the background. A later attach of the same PMO waits.
+    pub fn detach(mut self) -> DetachHandle {
+        let Some(core) = self.core.take() else {
+            return DetachHandle { thread: None, inline: None };
+        };
+        core.rt.lock_gate().busy = true;
+        let worker = core.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("pmo-detach-{}", core.rt.slot))
+            .spawn(move || {
+                let r = worker.detach_work();
+                worker.finish_detach();
+                if let Err(e) = &r {
+                    log::warn!("background detach of {:?} failed: {e}", worker.rt.name);
+                }
+                r
+            });
+        match spawned {
+            Ok(t) => DetachHandle { thread: Some(t), inline: None },
+            Err(_) => {
+                // No thread available: do the work inline.
+                let r = core.detach_work();
+                core.finish_detach();
+                DetachHandle { thread: None, inline: Some(r) }
+            }
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(core) = self.core.take() {
+            // Crash handler: nothing plaintext is on the medium; scrub the TSC and detach.
+            core.rt.lock_gate().busy = true;
+            if let Err(e) = core.shadow_scrub() {
+                log::warn!("crash handler for {:?}: {e}", core.rt.name);
+            }
+            core.finish_detach();
+        }
+    }
+}
+
+impl Core {
+    fn meta_off(&self) -> u64 {
+        self.rt.ext_off + self.rt.geometry().meta_rel()
+    }
+
+    /// Reads, verifies and decrypts one page from the medium.
+    fn fault_medium(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), StoreError> {
+        let m = &*self.store.m;
+        let leaf = self
+            .tree
+            .leaf(&self.rt.layout, m, self.meta_off(), page)
+            .map_err(integrity(page));
+        let leaf = match leaf {
+            Ok(l) => l,
+            Err(e) => {
+                out.zeroize();
+                return Err(e);
+            }
+        };
+        if leaf.version == 0 {
+            out.zeroize();
+            return Ok(());
+        }
+        if let Err(e) = m.read(self.rt.ext_off + page * PAGE as u64, out) {
+            out.zeroize();
+            return Err(e.into());
+        }
+        let id = PageId { uid: self.keys.params().uid, page: page as u32, version: leaf.version };
+        self.keys.open_page(id, out, &leaf.tag).map_err(|_| StoreError::Integrity { page })
+    }
+
+    fn verify_every_page(&self, skip: &BTreeMap<u64, &[u8; PAGE]>) -> Result<(), StoreError> {
+        let mut buf = [0u8; PAGE];
+        for p in 0..self.rt.npages {
+            if skip.contains_key(&p) {
+                continue;
+            }
+            self.fault_medium(p, &mut buf)?;
+        }
+        buf.zeroize();
+        Ok(())
+    }
+
+    /// The psync engine: encrypt into the TSC (EP), commit (TC), copy, back to W.
+    fn commit<'a>(&self, pages: impl Iterator<Item = (u64, &'a [u8; PAGE])>) -> Result<(), StoreError> {
+        let m = &*self.store.m;
+        let geo = self.rt.geometry();
+        let mut cell = self.rt.lock_rec();
+        let epoch = cell.rec.next_epoch.max(cell.rec.epoch + 1);
+        let uid = self.keys.params().uid;
+        // Encrypt every dirty page under its new version.
+        let mut cts: Vec<(u64, Box<[u8; PAGE]>)> = Vec::new();
+        let mut leaves = BTreeMap::new();
+        for (p, plain) in pages {
+            let mut ct = Box::new(*plain);
+            let tag = self.keys.seal_page(PageId { uid, page: p as u32, version: epoch }, &mut ct)?;
+            leaves.insert(p, Leaf { version: epoch, tag });
+            cts.push((p, ct));
+        }
+        if cts.is_empty() {
+            return Ok(());
+        }
+        let up: TreeUpdate = self
+            .tree
+            .plan(&self.rt.layout, m, self.meta_off(), &leaves)
+            .map_err(|e| StoreError::Corrupt { name: self.rt.name.clone(), why: e.to_string() })?;
+        let jlen = journal::HEADER
+            + cts.len() as u64 * journal::entry_cost(PAGE as u64)
+            + up.groups.values().map(|g| journal::entry_cost(g.len() as u64)).sum::<u64>();
+        // EP: reserve the epoch (never reuse a tweak) and note how much TSC will be dirty.
+        let back_to = cell.rec.state;
+        cell.rec.state = PmoState::EncryptPersist;
+        cell.rec.next_epoch = epoch + 1;
+        cell.rec.tsc_dirty = cell.rec.tsc_dirty.max(jlen);
+        self.store.write_rec(&self.rt, &mut cell)?;
+        let tsc = self.rt.ext_off + geo.tsc_rel();
+        let mut w = JournalWriter::new(m, tsc, geo.tsc_len);
+        for (p, ct) in &cts {
+            w.append(p * PAGE as u64, &ct[..])?;
+        }
+        for ((k, g), bytes) in &up.groups {
+            w.append(geo.meta_rel() + self.rt.layout.group_range(*k, *g).0, bytes)?;
+        }
+        let (len, sum) = w.finish(epoch)?;
+        // TC: the commit point.
+        cell.rec.state = PmoState::TscCopy;
+        cell.rec.epoch = epoch;
+        cell.rec.root = up.root;
+        cell.rec.root_mac = self.keys.root_mac(epoch, self.rt.npages, &up.root);
+        cell.rec.journal_len = len;
+        cell.rec.journal_sum = sum;
+        self.store.write_rec(&self.rt, &mut cell)?;
+        {
+            let _io = self.io.write().unwrap_or_else(|e| e.into_inner());
+            journal::apply(
+                m,
+                tsc,
+                geo.tsc_len,
+                len,
+                &sum,
+                epoch,
+                self.rt.ext_off,
+                geo.tsc_rel(),
+            )?;
+            self.tree.apply(&up);
+        }
+        cell.rec.state = if back_to == PmoState::Read { PmoState::Read } else { PmoState::Write };
+        cell.rec.journal_len = 0;
+        self.store.write_rec(&self.rt, &mut cell)?;
+        Ok(())
+    }
+
+    /// Detach work of the design, then the shadow scrub.
+    fn detach_work(&self) -> Result<(), StoreError> {
+        if self.perm == Perm::Write {
+            if let Some(plain) = &self.plain {
+                // WED/Ip: encrypt the whole PMO at detach.
+                let g = plain.read().unwrap_or_else(|e| e.into_inner());
+                let pages: Vec<(u64, &[u8; PAGE])> = g
+                    .0
+                    .chunks_exact(PAGE)
+                    .enumerate()
+                    .filter_map(|(i, c)| <&[u8; PAGE]>::try_from(c).ok().map(|a| (i as u64, a)))
+                    .collect();
+                self.commit(pages.into_iter())?;
+            } else if self.design.reencrypt_touched_at_detach() {
+                // BP: EPP/CPP re-encrypt every touched page.
+                let touched: Vec<u64> =
+                    self.touched.lock().unwrap_or_else(|e| e.into_inner()).iter().copied().collect();
+                let mut bufs: Vec<(u64, Box<[u8; PAGE]>)> = Vec::with_capacity(touched.len());
+                for p in touched {
+                    let mut b = Box::new([0u8; PAGE]);
+                    self.fault_medium(p, &mut b)?;
+                    bufs.push((p, b));
+                }
+                let r = self.commit(bufs.iter().map(|(p, b)| (*p, &**b)));
+                for (_, b) in &mut bufs {
+                    b.zeroize();
+                }
+                r?;
+            }
+        }
+        self.shadow_scrub()
+    }
+
+    /// DS/DT: scrub the TSC, then record D (or R if other readers remain).
+    fn shadow_scrub(&self) -> Result<(), StoreError> {
+        let others = {
+            let g = self.rt.lock_gate();
+            match self.perm {
+                Perm::Write => 0,
+                Perm::Read => g.readers.saturating_sub(1),
+            }
+        };
+        let mut cell = self.rt.lock_rec();
+        if others > 0 {
+            return Ok(());
+        }
+        if cell.rec.tsc_dirty > 0 {
+            cell.rec.state = PmoState::DestroyShadow;
+            self.store.write_rec(&self.rt, &mut cell)?;
+            self.store.scrub_tsc(&self.rt, cell.rec.tsc_dirty)?;
+            cell.rec.tsc_dirty = 0;
+        }
+        cell.rec.state = PmoState::Detached;
+        self.store.write_rec(&self.rt, &mut cell)?;
+        Ok(())
+    }
+
+    fn finish_detach(&self) {
+        let mut g = self.rt.lock_gate();
+        match self.perm {
+            Perm::Write => g.writer = false,
+            Perm::Read => g.readers = g.readers.saturating_sub(1),
+        }
+        g.busy = false;
+        self.rt.cv.notify_all();
+    }
+
+    fn mark_detached_after_failure(&self) {
+        if let Err(e) = self.shadow_scrub() {
+            log::warn!("detach after failed attach of {:?}: {e}", self.rt.name);
+        }
+    }
+}

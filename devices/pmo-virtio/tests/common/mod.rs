@@ -1,0 +1,39 @@
+#![allow(dead_code)]
+use pmo_virtio::crypto::{UserKey, PAGE};
+use pmo_virtio::medium::{CrashMedium, Medium};
+use pmo_virtio::store::{Store, StoreOptions};
+use std::sync::Arc;
+
+pub const MEDIUM: u64 = 12 << 20;
+
+pub fn key(s: &str) -> UserKey {
+    UserKey::new(s.as_bytes()).unwrap()
+}
+
+pub fn fresh(len: u64) -> (Arc<CrashMedium>, Store) {
+    let m = Arc::new(CrashMedium::new(len));
+    let s = Store::create(m.clone() as Arc<dyn Medium>, StoreOptions { slots: 16 }).unwrap();
+    (m, s)
+}
+
+pub fn reopen(img: Vec<u8>) -> (Arc<CrashMedium>, Store, pmo_virtio::store::RecoveryReport) {
+    let m = Arc::new(CrashMedium::from_image(img));
+    let (s, r) = Store::open(m.clone() as Arc<dyn Medium>).unwrap();
+    (m, s, r)
+}
+
+/// A page whose bytes encode (tag, page) so mixes are visible.
+pub fn page_of(tag: u8, page: u64) -> [u8; PAGE] {
+    let mut p = [0u8; PAGE];
+    for (i, b) in p.iter_mut().enumerate() {
+        *b = tag ^ (page as u8).wrapping_mul(31) ^ (i as u8).wrapping_mul(7);
+    }
+    p[..8].copy_from_slice(&page.to_le_bytes());
+    p[8] = tag;
+    p
+}
+
+/// Contains `needle`?
+pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}

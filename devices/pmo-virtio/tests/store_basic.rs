@@ -1,0 +1,208 @@
+mod common;
+use common::*;
+use pmo_virtio::crypto::PAGE;
+use pmo_virtio::store::{CreateOptions, Design, Perm, PmoState, StoreError};
+use pmo_virtio::crypto::Suite;
+
+#[test]
+fn create_attach_psync_detach_reopen_every_design_and_suite() {
+    for suite in [Suite::XtsBlake3, Suite::Paper, Suite::AesGcm] {
+        for design in Design::ALL {
+            let (m, s) = fresh(MEDIUM);
+            let k = key("k1");
+            s.create_pmo_with("obj", 8 * PAGE as u64, &k, CreateOptions { design, suite }).unwrap();
+            let sess = s.attach("obj", Perm::Write, &k).unwrap();
+            assert_eq!(sess.design(), design);
+            let mut out = [1u8; PAGE];
+            sess.fault(3, &mut out).unwrap();
+            assert_eq!(out, [0u8; PAGE], "fresh pages read as zero");
+            let p1 = page_of(1, 1);
+            let p5 = page_of(1, 5);
+            sess.psync([(1, &p1), (5, &p5)]).unwrap();
+            let p5b = page_of(2, 5);
+            sess.psync([(5, &p5b)]).unwrap();
+            sess.fault(5, &mut out).unwrap();
+            assert_eq!(out, p5b, "{design:?} {suite:?}");
+            sess.detach().wait().unwrap();
+            let (_m2, s2, rep) = reopen(m.crash_image(pmo_virtio::medium::CrashMode::DropAll));
+            assert!(rep.actions.is_empty(), "{rep:?}");
+            let r = s2.attach("obj", Perm::Read, &k).unwrap();
+            r.fault(1, &mut out).unwrap();
+            assert_eq!(out, p1);
+            r.fault(5, &mut out).unwrap();
+            assert_eq!(out, p5b);
+            r.fault(0, &mut out).unwrap();
+            assert_eq!(out, [0u8; PAGE]);
+            drop(r);
+            assert!(s2.fsck().problems.is_empty());
+        }
+    }
+}
+
+#[test]
+fn validation_and_typed_errors() {
+    let (_m, s) = fresh(MEDIUM);
+    let k = key("k");
+    assert!(matches!(s.create_pmo("", 4096, &k), Err(StoreError::InvalidName(_))));
+    assert!(matches!(s.create_pmo(".hidden", 4096, &k), Err(StoreError::InvalidName(_))));
+    assert!(matches!(s.create_pmo("a/b", 4096, &k), Err(StoreError::InvalidName(_))));
+    assert!(matches!(s.create_pmo(&"x".repeat(65), 4096, &k), Err(StoreError::InvalidName(_))));
+    assert!(matches!(s.create_pmo("a", 0, &k), Err(StoreError::InvalidSize(0))));
+    assert!(matches!(s.create_pmo("a", 4095, &k), Err(StoreError::InvalidSize(_))));
+    assert!(matches!(s.create_pmo("a", 65 << 30, &k), Err(StoreError::InvalidSize(_))));
+    assert!(matches!(s.create_pmo("huge", 1 << 30, &k), Err(StoreError::Alloc(_))));
+    s.create_pmo("a", 4096, &k).unwrap();
+    assert!(matches!(s.create_pmo("a", 4096, &k), Err(StoreError::Exists(_))));
+    assert!(matches!(s.attach("nope", Perm::Read, &k), Err(StoreError::NotFound(_))));
+    let w = s.attach("a", Perm::Write, &k).unwrap();
+    assert!(matches!(s.attach("a", Perm::Read, &k), Err(StoreError::Busy(_))));
+    assert!(matches!(s.attach("a", Perm::Write, &k), Err(StoreError::Busy(_))));
+    assert!(matches!(s.destroy_pmo("a", &k), Err(StoreError::Busy(_))));
+    let mut out = [0u8; PAGE];
+    assert!(matches!(w.fault(1, &mut out), Err(StoreError::PageOutOfRange { .. })));
+    let p = [0u8; PAGE];
+    assert!(matches!(w.psync([(1, &p)]), Err(StoreError::PageOutOfRange { .. })));
+    w.detach().wait().unwrap();
+    let r1 = s.attach("a", Perm::Read, &k).unwrap();
+    let r2 = s.attach("a", Perm::Read, &k).unwrap();
+    assert!(matches!(r1.psync([(0, &p)]), Err(StoreError::ReadOnly)));
+    assert!(matches!(s.attach("a", Perm::Write, &k), Err(StoreError::Busy(_))));
+    drop(r1);
+    r2.detach().wait().unwrap();
+    assert_eq!(s.list()[0].state, PmoState::Detached);
+    s.attach("a", Perm::Write, &k).unwrap().detach().wait().unwrap();
+}
+
+#[test]
+fn wrong_key_is_uniform_and_reveals_nothing() {
+    let (_m, s) = fresh(MEDIUM);
+    let k = key("right");
+    s.create_pmo("a", 4 * PAGE as u64, &k).unwrap();
+    let w = s.attach("a", Perm::Write, &k).unwrap();
+    w.psync([(0, &page_of(9, 0))]).unwrap();
+    w.detach().wait().unwrap();
+    let mut msgs = Vec::new();
+    for bad in ["wrong", "righ", "right ", "Right", "x"] {
+        for perm in [Perm::Read, Perm::Write] {
+            match s.attach("a", perm, &key(bad)) {
+                Err(e @ StoreError::WrongKey) => msgs.push(e.to_string()),
+                Err(e) => panic!("unexpected error {e}"),
+                Ok(_) => panic!("wrong key accepted"),
+            }
+        }
+        assert!(matches!(s.destroy_pmo("a", &key(bad)), Err(StoreError::WrongKey)));
+    }
+    msgs.dedup();
+    assert_eq!(msgs, vec!["wrong key".to_string()]);
+    // The wrong key did not change anything: the right key still works.
+    let r = s.attach("a", Perm::Read, &k).unwrap();
+    let mut out = [0u8; PAGE];
+    r.fault(0, &mut out).unwrap();
+    assert_eq!(out, page_of(9, 0));
+}
+
+#[test]
+fn at_rest_the_medium_holds_no_plaintext_marker() {
+    for suite in [Suite::XtsBlake3, Suite::AesGcm, Suite::Paper] {
+        for design in Design::ALL {
+            let (m, s) = fresh(MEDIUM);
+            let k = key("KEY-MARKER-0b4c9e");
+            s.create_pmo_with("a", 16 * PAGE as u64, &k, CreateOptions { design, suite }).unwrap();
+            let marker = b"PLAINTEXT-MARKER-7d1e";
+            let mut p = [0u8; PAGE];
+            for c in p.chunks_mut(64) {
+                c[..marker.len()].copy_from_slice(marker);
+            }
+            let w = s.attach("a", Perm::Write, &k).unwrap();
+            let mut out = [0u8; PAGE];
+            w.fault(2, &mut out).unwrap();
+            w.psync((0..16).map(|i| (i, &p))).unwrap();
+            // Mid-session the medium holds no plaintext either.
+            assert!(!contains(&m.snapshot(), marker));
+            w.detach().wait().unwrap();
+            assert!(!contains(&m.snapshot(), marker), "{design:?}");
+            assert!(!contains(&m.snapshot(), b"KEY-MARKER-0b4c9e"));
+            // And destroy scrubs the ciphertext too.
+            let before = m.snapshot();
+            s.destroy_pmo("a", &k).unwrap();
+            let after = m.snapshot();
+            let (off, len) = (s.superblock().data_off, 1 << 20);
+            assert_ne!(&before[off as usize..(off + len) as usize], &after[off as usize..(off + len) as usize]);
+            assert!(after[off as usize..(off + len) as usize].iter().all(|b| *b == 0));
+        }
+    }
+}
+
+#[test]
+fn nonblocking_detach_then_attach_waits_and_sees_everything() {
+    let (_m, s) = fresh(MEDIUM);
+    let k = key("k");
+    s.create_pmo_with("a", 64 * PAGE as u64, &k, CreateOptions { design: Design::Wedi, suite: Suite::XtsBlake3 }).unwrap();
+    for round in 0..3u8 {
+        let w = s.attach("a", Perm::Write, &k).unwrap();
+        let pages: Vec<_> = (0..64).map(|i| page_of(round, i)).collect();
+        w.psync(pages.iter().enumerate().map(|(i, p)| (i as u64, p))).unwrap();
+        let _h = w.detach(); // do not wait: the next attach must
+        let r = s.attach("a", Perm::Read, &k).unwrap();
+        let mut out = [0u8; PAGE];
+        for i in 0..64 {
+            r.fault(i, &mut out).unwrap();
+            assert_eq!(out, pages[i as usize]);
+        }
+    }
+}
+
+#[test]
+fn sessions_on_different_pmos_run_in_parallel_threads() {
+    let (_m, s) = fresh(MEDIUM);
+    let k = key("k");
+    for i in 0..4 {
+        s.create_pmo(&format!("p{i}"), 32 * PAGE as u64, &k).unwrap();
+    }
+    std::thread::scope(|sc| {
+        for i in 0..4u8 {
+            let s = s.clone();
+            let k = key("k");
+            sc.spawn(move || {
+                let w = s.attach(&format!("p{i}"), Perm::Write, &k).unwrap();
+                for round in 0..5u8 {
+                    let pages: Vec<_> = (0..8).map(|p| page_of(i * 16 + round, p)).collect();
+                    w.psync(pages.iter().enumerate().map(|(p, d)| (p as u64 * 4, d))).unwrap();
+                }
+                // several fault threads on one session
+                std::thread::scope(|sc2| {
+                    for t in 0..3u64 {
+                        let w = &w;
+                        sc2.spawn(move || {
+                            let mut out = [0u8; PAGE];
+                            for p in 0..8u64 {
+                                w.fault(p * 4, &mut out).unwrap();
+                                assert_eq!(out, page_of(i * 16 + 4, p), "t{t}");
+                            }
+                        });
+                    }
+                });
+                w.detach().wait().unwrap();
+            });
+        }
+    });
+    assert!(s.fsck().problems.is_empty());
+}
+
+#[test]
+fn destroy_reclaims_space_and_name() {
+    let (_m, s) = fresh(MEDIUM);
+    let k = key("k");
+    let free0 = s.free_bytes();
+    s.create_pmo("a", 64 * PAGE as u64, &k).unwrap();
+    assert!(s.free_bytes() < free0);
+    s.destroy_pmo("a", &k).unwrap();
+    assert_eq!(s.free_bytes(), free0);
+    assert!(s.list().is_empty());
+    // a new PMO in the same space/slot starts empty under its own keys
+    s.create_pmo("a", 64 * PAGE as u64, &key("other")).unwrap();
+    let r = s.attach("a", Perm::Read, &key("other")).unwrap();
+    let mut out = [1u8; PAGE];
+    r.fault(0, &mut out).unwrap();
+    assert_eq!(out, [0u8; PAGE]);
+}
