@@ -244,7 +244,15 @@ pub fn arbitrate(slot: &[u8]) -> SlotContent {
         }
         (Some(a), None) => SlotContent::Valid { rec: a, copy: 0 },
         (None, Some(b)) => SlotContent::Valid { rec: b, copy: 1 },
-        (None, None) => SlotContent::Damaged,
+        (None, None) => {
+            // A torn first write into a blank slot: the other copy is still all zero.
+            let blank = |r: Option<&[u8]>| r.is_some_and(|x| x.iter().all(|b| *b == 0));
+            if blank(slot.get(..half)) || blank(slot.get(half..)) {
+                SlotContent::Blank
+            } else {
+                SlotContent::Damaged
+            }
+        }
     }
 }
 

@@ -35,5 +35,17 @@ pub fn page_of(tag: u8, page: u64) -> [u8; PAGE] {
 
 /// Contains `needle`?
 pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
+    let n = needle.len();
+    if n == 0 || hay.len() < n {
+        return false;
+    }
+    let first = needle[0];
+    let mut i = 0;
+    while i + n <= hay.len() {
+        if hay[i] == first && &hay[i..i + n] == needle {
+            return true;
+        }
+        i += 1;
+    }
+    false
 }
