@@ -1,0 +1,70 @@
+//! Direct mode: `pmovmm` on this machine's hardware KVM, one VM after the other.
+
+use std::process::Command;
+
+use crate::env::{timeout_scale, Env};
+use crate::error::{Result, RunnerError};
+use crate::outcome::{parse_checks, Backend, VmOutcome};
+use crate::process::run_logged;
+use crate::spec::{vmm_args, VmSpec};
+
+pub(crate) fn run_direct(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> {
+    let pmovmm = env.require_pmovmm()?;
+    let label = specs
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect::<Vec<_>>()
+        .join("+");
+    let log_dir = env.new_log_dir(&format!("direct-{label}"))?;
+    let _lock = env.lock()?;
+    let mut outcomes = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        spec.validate().map_err(|detail| RunnerError::InvalidSpec {
+            name: spec.name.clone(),
+            detail,
+        })?;
+        let kernel = match &spec.kernel {
+            Some(k) => k.clone(),
+            None => env.kernel()?,
+        };
+        let initrd = match &spec.initrd {
+            Some(p) => p.clone(),
+            None => env.initrd()?,
+        };
+        let pmem: Vec<_> = spec.pmem.iter().map(|p| p.path.clone()).collect();
+        let args = vmm_args(spec, &kernel, &initrd, &pmem);
+        let mut cmd = Command::new(&pmovmm);
+        cmd.args(&args);
+        let _ = std::fs::write(log_dir.join(format!("vm{i}-cmd.txt")), format!("{cmd:?}\n"));
+        let cap = run_logged(
+            cmd,
+            spec.timeout.mul_f64(timeout_scale()),
+            &log_dir.join(format!("vm{i}-{}-console.log", spec.name)),
+            &log_dir.join(format!("vm{i}-{}-stderr.log", spec.name)),
+            "VM| ",
+        )?;
+        let console = cap.stdout_text();
+        let (checks, done) = parse_checks(&console);
+        eprintln!(
+            "pmo-integration: VM {}: {:.1} s, exit {:?}{}",
+            spec.name,
+            cap.elapsed.as_secs_f64(),
+            cap.status.and_then(|s| s.code()),
+            if cap.timed_out { " (timed out)" } else { "" }
+        );
+        outcomes.push(VmOutcome {
+            name: spec.name.clone(),
+            backend: Backend::Direct,
+            exit_code: cap.status.and_then(|s| s.code()),
+            timed_out: cap.timed_out,
+            vmm_stderr: cap.stderr_text(),
+            console,
+            checks,
+            done,
+            elapsed: cap.elapsed,
+            attempts: 1,
+            log_dir: log_dir.clone(),
+        });
+    }
+    Ok(outcomes)
+}

@@ -1,0 +1,253 @@
+//! What a test asks for: one VM to boot, which scenarios its guest runs, which pmem files it
+//! gets, and how long it may take.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A pmem device of the VM: a host file, created with `size` bytes by the VMM if missing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PmemSpec {
+    /// The backing file on the host. The test reads it after the run.
+    pub path: PathBuf,
+    /// Size for the VMM's `--pmem FILE,SIZE`; `None` uses the file's own size.
+    pub size: Option<u64>,
+}
+
+/// One VM run: `pmovmm run` with the guest image and these settings.
+#[derive(Debug, Clone)]
+pub struct VmSpec {
+    /// A short label for logs and failure messages (e.g. "write-1cpu").
+    pub name: String,
+    /// vCPUs (`--cpus`).
+    pub cpus: u32,
+    /// Guest memory in MiB (`--memory <N>M`).
+    pub memory_mib: u64,
+    /// Guest scenarios to run, in order (`pmotest=a,b`). Empty: the guest boots, prints
+    /// `PMOTEST-DONE` and powers off.
+    pub scenarios: Vec<String>,
+    /// Scenario parameters, passed as `pmotest.<key>=<value>` (no spaces in either).
+    pub params: Vec<(String, String)>,
+    /// More kernel command line words, appended last.
+    pub cmdline_extra: Vec<String>,
+    /// pmem devices in order: the first is the guest's /dev/pmem0.
+    pub pmem: Vec<PmemSpec>,
+    /// More `pmovmm run` arguments, appended last.
+    pub extra_args: Vec<String>,
+    /// How long the VM may run, from the VMM's start to its exit.
+    pub timeout: Duration,
+    /// Guest kernel; `None`: the image from guest/build.sh.
+    pub kernel: Option<PathBuf>,
+    /// Guest initramfs; `None`: the image from guest/build.sh.
+    pub initrd: Option<PathBuf>,
+}
+
+/// Per-VM timeout unless a spec sets its own: a guest boot takes ~10 s of wall time in the
+/// nested test host, the rest is headroom for a slow, shared machine.
+pub const DEFAULT_VM_TIMEOUT: Duration = Duration::from_secs(120);
+
+impl VmSpec {
+    /// One vCPU, 1 GiB, no scenarios, no pmem, the default timeout.
+    pub fn new(name: impl Into<String>) -> Self {
+        VmSpec {
+            name: name.into(),
+            cpus: 1,
+            memory_mib: 1024,
+            scenarios: Vec::new(),
+            params: Vec::new(),
+            cmdline_extra: Vec::new(),
+            pmem: Vec::new(),
+            extra_args: Vec::new(),
+            timeout: DEFAULT_VM_TIMEOUT,
+            kernel: None,
+            initrd: None,
+        }
+    }
+
+    /// Sets the vCPU count.
+    pub fn cpus(mut self, cpus: u32) -> Self {
+        self.cpus = cpus;
+        self
+    }
+
+    /// Sets guest memory in MiB.
+    pub fn memory_mib(mut self, mib: u64) -> Self {
+        self.memory_mib = mib;
+        self
+    }
+
+    /// Appends guest scenarios.
+    pub fn scenarios<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.scenarios.extend(names.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds a scenario parameter (`pmotest.<key>=<value>`).
+    pub fn param(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.params.push((key.into(), value.into()));
+        self
+    }
+
+    /// Appends a kernel command line word.
+    pub fn cmdline(mut self, word: impl Into<String>) -> Self {
+        self.cmdline_extra.push(word.into());
+        self
+    }
+
+    /// Adds a pmem device backed by `path`.
+    pub fn pmem(mut self, path: impl Into<PathBuf>, size: Option<u64>) -> Self {
+        self.pmem.push(PmemSpec {
+            path: path.into(),
+            size,
+        });
+        self
+    }
+
+    /// Appends `pmovmm run` arguments.
+    pub fn extra_arg(mut self, arg: impl Into<String>) -> Self {
+        self.extra_args.push(arg.into());
+        self
+    }
+
+    /// Sets the timeout of this VM.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The guest kernel command line the runner passes.
+    ///
+    /// `panic=-1` makes a panicking guest reboot at once, so the VMM ends instead of hanging.
+    pub fn kernel_cmdline(&self) -> String {
+        let mut words = vec![
+            "console=ttyS0".to_string(),
+            "panic=-1".to_string(),
+            format!("pmotest={}", self.scenarios.join(",")),
+        ];
+        words.extend(self.params.iter().map(|(k, v)| format!("pmotest.{k}={v}")));
+        words.extend(self.cmdline_extra.iter().cloned());
+        words.join(" ")
+    }
+
+    /// Checks what would otherwise break in a confusing way later (e.g. a space inside a
+    /// parameter splits it into two kernel command line words).
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        if self.cpus == 0 {
+            return Err("cpus must be at least 1".into());
+        }
+        for s in &self.scenarios {
+            if s.is_empty() || s.contains([',', ' ', '/']) {
+                return Err(format!("bad scenario name {s:?}"));
+            }
+        }
+        for (k, v) in &self.params {
+            if k.is_empty() || k.contains([' ', '=']) || v.contains(char::is_whitespace) {
+                return Err(format!(
+                    "bad parameter {k:?}={v:?} (no spaces, key without '=')"
+                ));
+            }
+        }
+        if self.timeout.is_zero() {
+            return Err("timeout must not be zero".into());
+        }
+        Ok(())
+    }
+}
+
+/// Formats a byte count the way `pmovmm --pmem FILE,SIZE` and `--memory` take it.
+pub fn format_size(bytes: u64) -> String {
+    const K: u64 = 1024;
+    if bytes != 0 && bytes.is_multiple_of(K * K * K) {
+        format!("{}G", bytes / (K * K * K))
+    } else if bytes != 0 && bytes.is_multiple_of(K * K) {
+        format!("{}M", bytes / (K * K))
+    } else if bytes != 0 && bytes.is_multiple_of(K) {
+        format!("{}K", bytes / K)
+    } else {
+        bytes.to_string()
+    }
+}
+
+/// The `pmovmm` arguments for one VM, given where kernel, initrd and pmem files are as the
+/// VMM sees them (host paths in direct mode, paths inside the test host when nested).
+pub(crate) fn vmm_args(
+    spec: &VmSpec,
+    kernel: &Path,
+    initrd: &Path,
+    pmem: &[PathBuf],
+) -> Vec<String> {
+    let mut args = vec![
+        "run".to_string(),
+        "--kernel".to_string(),
+        kernel.display().to_string(),
+        "--initrd".to_string(),
+        initrd.display().to_string(),
+        "--cmdline".to_string(),
+        spec.kernel_cmdline(),
+        "--memory".to_string(),
+        format_size(spec.memory_mib * 1024 * 1024),
+        "--cpus".to_string(),
+        spec.cpus.to_string(),
+    ];
+    for (p, dev) in pmem.iter().zip(&spec.pmem) {
+        args.push("--pmem".to_string());
+        match dev.size {
+            Some(size) => args.push(format!("{},{}", p.display(), format_size(size))),
+            None => args.push(p.display().to_string()),
+        }
+    }
+    args.push("--console".to_string());
+    args.push("stdout".to_string());
+    args.extend(spec.extra_args.iter().cloned());
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_use_the_largest_exact_unit() {
+        assert_eq!(format_size(64 << 20), "64M");
+        assert_eq!(format_size(1 << 30), "1G");
+        assert_eq!(format_size(1536 << 20), "1536M");
+        assert_eq!(format_size(4096), "4K");
+        assert_eq!(format_size(1000), "1000");
+        assert_eq!(format_size(0), "0");
+    }
+
+    #[test]
+    fn cmdline_and_args() {
+        let spec = VmSpec::new("t")
+            .cpus(2)
+            .scenarios(["boot_info", "pmem_write"])
+            .param("pattern", "abc")
+            .cmdline("quiet")
+            .pmem("/x/p.img", Some(64 << 20))
+            .pmem("/x/q.img", None);
+        assert_eq!(
+            spec.kernel_cmdline(),
+            "console=ttyS0 panic=-1 pmotest=boot_info,pmem_write pmotest.pattern=abc quiet"
+        );
+        let args = vmm_args(
+            &spec,
+            Path::new("/k"),
+            Path::new("/i"),
+            &[PathBuf::from("/a"), PathBuf::from("/b")],
+        );
+        let joined = args.join("|");
+        assert!(joined.starts_with("run|--kernel|/k|--initrd|/i|--cmdline|console=ttyS0 "));
+        assert!(joined.contains("|--memory|1G|--cpus|2|--pmem|/a,64M|--pmem|/b|--console|stdout"));
+    }
+
+    #[test]
+    fn validation_rejects_spaces() {
+        assert!(VmSpec::new("t").param("p", "a b").validate().is_err());
+        assert!(VmSpec::new("t").scenarios(["a,b"]).validate().is_err());
+        assert!(VmSpec::new("t").cpus(0).validate().is_err());
+        assert!(VmSpec::new("t").scenarios(["boot_info"]).validate().is_ok());
+    }
+}
