@@ -104,9 +104,18 @@ where
 fn setup_pmo(design: Design, suite: Suite) -> impl Fn() -> (Arc<CrashMedium>, Store) {
     move || {
         let m = Arc::new(CrashMedium::new(LEN));
-        let s = Store::create(m.clone() as Arc<dyn Medium>, pmo_virtio::store::StoreOptions { slots: 8 })
-            .unwrap();
-        s.create_pmo_with("p", NP * PAGE as u64, &key("k"), CreateOptions { design, suite }).unwrap();
+        let s = Store::create(
+            m.clone() as Arc<dyn Medium>,
+            pmo_virtio::store::StoreOptions { slots: 8 },
+        )
+        .unwrap();
+        s.create_pmo_with(
+            "p",
+            NP * PAGE as u64,
+            &key("k"),
+            CreateOptions { design, suite },
+        )
+        .unwrap();
         let w = s.attach("p", Perm::Write, &key("k")).unwrap();
         let old = content(1, &[0, 1, 2, 3], &zero());
         w.psync((0..4).map(|p| (p, &old[p as usize]))).unwrap();
@@ -119,8 +128,11 @@ fn setup_pmo(design: Design, suite: Suite) -> impl Fn() -> (Arc<CrashMedium>, St
 fn crash_during_create() {
     let setup = || {
         let m = Arc::new(CrashMedium::new(LEN));
-        let s = Store::create(m.clone() as Arc<dyn Medium>, pmo_virtio::store::StoreOptions { slots: 8 })
-            .unwrap();
+        let s = Store::create(
+            m.clone() as Arc<dyn Medium>,
+            pmo_virtio::store::StoreOptions { slots: 8 },
+        )
+        .unwrap();
         (m, s)
     };
     let n = sweep(
@@ -158,7 +170,10 @@ fn crash_during_psync_every_design_and_point() {
                 },
                 |s| {
                     let got = read_all(s, "p");
-                    assert!(got == old || got == new, "{design:?}: mixed state after crash");
+                    assert!(
+                        got == old || got == new,
+                        "{design:?}: mixed state after crash"
+                    );
                     got == new
                 },
                 false,
@@ -195,7 +210,11 @@ fn crash_during_detach_keeps_the_last_psync() {
             }
             let (_m2, s2, _) = reopen(m.crash_image(CrashMode::Random(k)));
             check_healthy(&s2);
-            assert_eq!(read_all(&s2, "p"), last, "{design:?} crash at detach point {k}");
+            assert_eq!(
+                read_all(&s2, "p"),
+                last,
+                "{design:?} crash at detach point {k}"
+            );
             if !crashed {
                 break;
             }

@@ -1,8 +1,8 @@
 mod common;
 use common::*;
+use pmo_virtio::crypto::Suite;
 use pmo_virtio::crypto::PAGE;
 use pmo_virtio::store::{CreateOptions, Design, Perm, PmoState, StoreError};
-use pmo_virtio::crypto::Suite;
 
 #[test]
 fn create_attach_psync_detach_reopen_every_design_and_suite() {
@@ -10,7 +10,8 @@ fn create_attach_psync_detach_reopen_every_design_and_suite() {
         for design in Design::ALL {
             let (m, s) = fresh(MEDIUM);
             let k = key("k1");
-            s.create_pmo_with("obj", 8 * PAGE as u64, &k, CreateOptions { design, suite }).unwrap();
+            s.create_pmo_with("obj", 8 * PAGE as u64, &k, CreateOptions { design, suite })
+                .unwrap();
             let sess = s.attach("obj", Perm::Write, &k).unwrap();
             assert_eq!(sess.design(), design);
             let mut out = [1u8; PAGE];
@@ -43,34 +44,83 @@ fn create_attach_psync_detach_reopen_every_design_and_suite() {
 fn validation_and_typed_errors() {
     let (_m, s) = fresh(MEDIUM);
     let k = key("k");
-    assert!(matches!(s.create_pmo("", 4096, &k), Err(StoreError::InvalidName(_))));
-    assert!(matches!(s.create_pmo(".hidden", 4096, &k), Err(StoreError::InvalidName(_))));
-    assert!(matches!(s.create_pmo("a/b", 4096, &k), Err(StoreError::InvalidName(_))));
-    assert!(matches!(s.create_pmo(&"x".repeat(65), 4096, &k), Err(StoreError::InvalidName(_))));
-    assert!(matches!(s.create_pmo("a", 0, &k), Err(StoreError::InvalidSize(0))));
-    assert!(matches!(s.create_pmo("a", 4095, &k), Err(StoreError::InvalidSize(_))));
-    assert!(matches!(s.create_pmo("a", 65 << 30, &k), Err(StoreError::InvalidSize(_))));
-    assert!(matches!(s.create_pmo("huge", 1 << 30, &k), Err(StoreError::Alloc(_))));
+    assert!(matches!(
+        s.create_pmo("", 4096, &k),
+        Err(StoreError::InvalidName(_))
+    ));
+    assert!(matches!(
+        s.create_pmo(".hidden", 4096, &k),
+        Err(StoreError::InvalidName(_))
+    ));
+    assert!(matches!(
+        s.create_pmo("a/b", 4096, &k),
+        Err(StoreError::InvalidName(_))
+    ));
+    assert!(matches!(
+        s.create_pmo(&"x".repeat(65), 4096, &k),
+        Err(StoreError::InvalidName(_))
+    ));
+    assert!(matches!(
+        s.create_pmo("a", 0, &k),
+        Err(StoreError::InvalidSize(0))
+    ));
+    assert!(matches!(
+        s.create_pmo("a", 4095, &k),
+        Err(StoreError::InvalidSize(_))
+    ));
+    assert!(matches!(
+        s.create_pmo("a", 65 << 30, &k),
+        Err(StoreError::InvalidSize(_))
+    ));
+    assert!(matches!(
+        s.create_pmo("huge", 1 << 30, &k),
+        Err(StoreError::Alloc(_))
+    ));
     s.create_pmo("a", 4096, &k).unwrap();
-    assert!(matches!(s.create_pmo("a", 4096, &k), Err(StoreError::Exists(_))));
-    assert!(matches!(s.attach("nope", Perm::Read, &k), Err(StoreError::NotFound(_))));
+    assert!(matches!(
+        s.create_pmo("a", 4096, &k),
+        Err(StoreError::Exists(_))
+    ));
+    assert!(matches!(
+        s.attach("nope", Perm::Read, &k),
+        Err(StoreError::NotFound(_))
+    ));
     let w = s.attach("a", Perm::Write, &k).unwrap();
-    assert!(matches!(s.attach("a", Perm::Read, &k), Err(StoreError::Busy(_))));
-    assert!(matches!(s.attach("a", Perm::Write, &k), Err(StoreError::Busy(_))));
+    assert!(matches!(
+        s.attach("a", Perm::Read, &k),
+        Err(StoreError::Busy(_))
+    ));
+    assert!(matches!(
+        s.attach("a", Perm::Write, &k),
+        Err(StoreError::Busy(_))
+    ));
     assert!(matches!(s.destroy_pmo("a", &k), Err(StoreError::Busy(_))));
     let mut out = [0u8; PAGE];
-    assert!(matches!(w.fault(1, &mut out), Err(StoreError::PageOutOfRange { .. })));
+    assert!(matches!(
+        w.fault(1, &mut out),
+        Err(StoreError::PageOutOfRange { .. })
+    ));
     let p = [0u8; PAGE];
-    assert!(matches!(w.psync([(1, &p)]), Err(StoreError::PageOutOfRange { .. })));
+    assert!(matches!(
+        w.psync([(1, &p)]),
+        Err(StoreError::PageOutOfRange { .. })
+    ));
     w.detach().wait().unwrap();
     let r1 = s.attach("a", Perm::Read, &k).unwrap();
     let r2 = s.attach("a", Perm::Read, &k).unwrap();
     assert!(matches!(r1.psync([(0, &p)]), Err(StoreError::ReadOnly)));
-    assert!(matches!(s.attach("a", Perm::Write, &k), Err(StoreError::Busy(_))));
+    assert!(matches!(
+        s.attach("a", Perm::Write, &k),
+        Err(StoreError::Busy(_))
+    ));
     drop(r1);
     r2.detach().wait().unwrap();
     assert_eq!(s.list()[0].state, PmoState::Detached);
-    s.attach("a", Perm::Write, &k).unwrap().detach().wait().unwrap();
+    s.attach("a", Perm::Write, &k)
+        .unwrap()
+        .detach()
+        .wait()
+        .unwrap();
 }
 
 #[test]
@@ -90,7 +140,10 @@ fn wrong_key_is_uniform_and_reveals_nothing() {
                 Ok(_) => panic!("wrong key accepted"),
             }
         }
-        assert!(matches!(s.destroy_pmo("a", &key(bad)), Err(StoreError::WrongKey)));
+        assert!(matches!(
+            s.destroy_pmo("a", &key(bad)),
+            Err(StoreError::WrongKey)
+        ));
     }
     msgs.dedup();
     assert_eq!(msgs, vec!["wrong key".to_string()]);
@@ -107,7 +160,8 @@ fn at_rest_the_medium_holds_no_plaintext_marker() {
         for design in Design::ALL {
             let (m, s) = fresh(MEDIUM);
             let k = key("KEY-MARKER-0b4c9e");
-            s.create_pmo_with("a", 16 * PAGE as u64, &k, CreateOptions { design, suite }).unwrap();
+            s.create_pmo_with("a", 16 * PAGE as u64, &k, CreateOptions { design, suite })
+                .unwrap();
             let marker = b"PLAINTEXT-MARKER-7d1e";
             let mut p = [0u8; PAGE];
             for c in p.chunks_mut(64) {
@@ -127,8 +181,13 @@ fn at_rest_the_medium_holds_no_plaintext_marker() {
             s.destroy_pmo("a", &k).unwrap();
             let after = m.snapshot();
             let (off, len) = (s.superblock().data_off, 1 << 20);
-            assert_ne!(&before[off as usize..(off + len) as usize], &after[off as usize..(off + len) as usize]);
-            assert!(after[off as usize..(off + len) as usize].iter().all(|b| *b == 0));
+            assert_ne!(
+                &before[off as usize..(off + len) as usize],
+                &after[off as usize..(off + len) as usize]
+            );
+            assert!(after[off as usize..(off + len) as usize]
+                .iter()
+                .all(|b| *b == 0));
         }
     }
 }
@@ -137,11 +196,21 @@ fn at_rest_the_medium_holds_no_plaintext_marker() {
 fn nonblocking_detach_then_attach_waits_and_sees_everything() {
     let (_m, s) = fresh(MEDIUM);
     let k = key("k");
-    s.create_pmo_with("a", 64 * PAGE as u64, &k, CreateOptions { design: Design::Wedi, suite: Suite::XtsBlake3 }).unwrap();
+    s.create_pmo_with(
+        "a",
+        64 * PAGE as u64,
+        &k,
+        CreateOptions {
+            design: Design::Wedi,
+            suite: Suite::XtsBlake3,
+        },
+    )
+    .unwrap();
     for round in 0..3u8 {
         let w = s.attach("a", Perm::Write, &k).unwrap();
         let pages: Vec<_> = (0..64).map(|i| page_of(round, i)).collect();
-        w.psync(pages.iter().enumerate().map(|(i, p)| (i as u64, p))).unwrap();
+        w.psync(pages.iter().enumerate().map(|(i, p)| (i as u64, p)))
+            .unwrap();
         let _h = w.detach(); // do not wait: the next attach must
         let r = s.attach("a", Perm::Read, &k).unwrap();
         let mut out = [0u8; PAGE];
@@ -157,7 +226,8 @@ fn sessions_on_different_pmos_run_in_parallel_threads() {
     let (_m, s) = fresh(MEDIUM);
     let k = key("k");
     for i in 0..4 {
-        s.create_pmo(&format!("p{i}"), 32 * PAGE as u64, &k).unwrap();
+        s.create_pmo(&format!("p{i}"), 32 * PAGE as u64, &k)
+            .unwrap();
     }
     std::thread::scope(|sc| {
         for i in 0..4u8 {
@@ -167,7 +237,8 @@ fn sessions_on_different_pmos_run_in_parallel_threads() {
                 let w = s.attach(&format!("p{i}"), Perm::Write, &k).unwrap();
                 for round in 0..5u8 {
                     let pages: Vec<_> = (0..8).map(|p| page_of(i * 16 + round, p)).collect();
-                    w.psync(pages.iter().enumerate().map(|(p, d)| (p as u64 * 4, d))).unwrap();
+                    w.psync(pages.iter().enumerate().map(|(p, d)| (p as u64 * 4, d)))
+                        .unwrap();
                 }
                 // several fault threads on one session
                 std::thread::scope(|sc2| {

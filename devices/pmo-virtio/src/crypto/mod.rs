@@ -176,13 +176,18 @@ impl KeyParams {
         random_bytes(&mut salt)?;
         random_bytes(&mut iv)?;
         random_bytes(&mut uid)?;
-        Ok(Self { salt, paper_iv: iv, suite, uid: u64::from_le_bytes(uid) })
+        Ok(Self {
+            salt,
+            paper_iv: iv,
+            suite,
+            uid: u64::from_le_bytes(uid),
+        })
     }
 }
 
 enum PageCipher {
-    Xts(XtsCipher),
-    Gcm(ring::aead::LessSafeKey),
+    Xts(Box<XtsCipher>),
+    Gcm(Box<ring::aead::LessSafeKey>),
 }
 
 /// All keys of one PMO, derived from a user key. Secrets zeroize on drop.
@@ -195,7 +200,9 @@ pub struct PmoKeys {
 
 impl std::fmt::Debug for PmoKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PmoKeys").field("suite", &self.params.suite).finish_non_exhaustive()
+        f.debug_struct("PmoKeys")
+            .field("suite", &self.params.suite)
+            .finish_non_exhaustive()
     }
 }
 
@@ -215,16 +222,21 @@ impl PmoKeys {
         let cipher = match params.suite {
             Suite::XtsBlake3 | Suite::Paper => {
                 expand(&hk, b"pmovmm v1 xts", &mut xts_key[..])?;
-                PageCipher::Xts(XtsCipher::new(&xts_key))
+                PageCipher::Xts(Box::new(XtsCipher::new(&xts_key)))
             }
             Suite::AesGcm => {
                 expand(&hk, b"pmovmm v1 gcm", &mut xts_key[..32])?;
                 let unbound = ring::aead::UnboundKey::new(&ring::aead::AES_256_GCM, &xts_key[..32])
                     .map_err(|_| CryptoError::Aead)?;
-                PageCipher::Gcm(ring::aead::LessSafeKey::new(unbound))
+                PageCipher::Gcm(Box::new(ring::aead::LessSafeKey::new(unbound)))
             }
         };
-        Ok(Self { cipher, mac_key, kcv, params })
+        Ok(Self {
+            cipher,
+            mac_key,
+            kcv,
+            params,
+        })
     }
 
     /// The key-check value to store at create time (public: it reveals nothing of the key).
@@ -308,7 +320,12 @@ impl PmoKeys {
     }
 
     /// Verifies and decrypts a page in place. On failure `data` holds no plaintext (it is zeroed).
-    pub fn open_page(&self, id: PageId, data: &mut [u8; PAGE], tag: &Tag) -> Result<(), CryptoError> {
+    pub fn open_page(
+        &self,
+        id: PageId,
+        data: &mut [u8; PAGE],
+        tag: &Tag,
+    ) -> Result<(), CryptoError> {
         match &self.cipher {
             PageCipher::Xts(x) => {
                 let t = self.mac(id, data);
@@ -388,7 +405,11 @@ mod tests {
     fn round_trip_every_suite() {
         for s in [Suite::XtsBlake3, Suite::Paper, Suite::AesGcm] {
             let k = keys(s);
-            let id = PageId { uid: k.params.uid, page: 3, version: 9 };
+            let id = PageId {
+                uid: k.params.uid,
+                page: 3,
+                version: 9,
+            };
             let mut page = [0x5au8; PAGE];
             let tag = k.seal_page(id, &mut page).unwrap();
             assert_ne!(page, [0x5au8; PAGE]);
@@ -403,20 +424,30 @@ mod tests {
         let good = PmoKeys::derive(&UserKey::new(b"a").unwrap(), p).unwrap();
         let bad = PmoKeys::derive(&UserKey::new(b"b").unwrap(), p).unwrap();
         assert_eq!(good.check(&good.key_check_value()), Ok(()));
-        assert_eq!(bad.check(&good.key_check_value()), Err(CryptoError::WrongKey));
+        assert_eq!(
+            bad.check(&good.key_check_value()),
+            Err(CryptoError::WrongKey)
+        );
     }
 
     #[test]
     fn failed_open_leaves_no_plaintext_and_binds_identity() {
         for s in [Suite::XtsBlake3, Suite::AesGcm] {
             let k = keys(s);
-            let id = PageId { uid: k.params.uid, page: 1, version: 2 };
+            let id = PageId {
+                uid: k.params.uid,
+                page: 1,
+                version: 2,
+            };
             let mut page = [0x11u8; PAGE];
             let tag = k.seal_page(id, &mut page).unwrap();
             for other in [
                 PageId { page: 2, ..id },
                 PageId { version: 1, ..id },
-                PageId { uid: id.uid ^ 1, ..id },
+                PageId {
+                    uid: id.uid ^ 1,
+                    ..id
+                },
             ] {
                 let mut p2 = page;
                 assert_eq!(k.open_page(other, &mut p2, &tag), Err(CryptoError::BadTag));
@@ -437,9 +468,21 @@ mod tests {
         let ours = keys(Suite::XtsBlake3);
         let ids = |k: &PmoKeys| {
             [
-                PageId { uid: k.params.uid, page: 0, version: 1 },
-                PageId { uid: k.params.uid, page: 1, version: 1 },
-                PageId { uid: k.params.uid, page: 0, version: 2 },
+                PageId {
+                    uid: k.params.uid,
+                    page: 0,
+                    version: 1,
+                },
+                PageId {
+                    uid: k.params.uid,
+                    page: 1,
+                    version: 1,
+                },
+                PageId {
+                    uid: k.params.uid,
+                    page: 0,
+                    version: 2,
+                },
             ]
         };
         let enc = |k: &PmoKeys, id| {
@@ -448,8 +491,14 @@ mod tests {
             p
         };
         let pc: Vec<_> = ids(&paper).into_iter().map(|id| enc(&paper, id)).collect();
-        assert_eq!(pc[0], pc[1], "paper suite: same plaintext on two pages leaks");
-        assert_eq!(pc[0], pc[2], "paper suite: same plaintext in two versions leaks");
+        assert_eq!(
+            pc[0], pc[1],
+            "paper suite: same plaintext on two pages leaks"
+        );
+        assert_eq!(
+            pc[0], pc[2],
+            "paper suite: same plaintext in two versions leaks"
+        );
         let oc: Vec<_> = ids(&ours).into_iter().map(|id| enc(&ours, id)).collect();
         assert_ne!(oc[0], oc[1]);
         assert_ne!(oc[0], oc[2]);
@@ -469,7 +518,11 @@ mod tests {
         let paper = keys(Suite::Paper);
         let ours = keys(Suite::XtsBlake3);
         for (k, must_pass) in [(&paper, true), (&ours, false)] {
-            let id = PageId { uid: k.params.uid, page: 0, version: 1 };
+            let id = PageId {
+                uid: k.params.uid,
+                page: 0,
+                version: 1,
+            };
             let mut p = [7u8; PAGE];
             k.seal_page(id, &mut p).unwrap();
             p[0] ^= 0xff; // attacker edit

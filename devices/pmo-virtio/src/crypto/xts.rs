@@ -52,7 +52,7 @@ impl XtsCipher {
     }
 
     fn run(&self, tweak: [u8; 16], data: &mut [u8], enc: bool) -> Result<(), XtsError> {
-        if data.is_empty() || data.len() % 16 != 0 {
+        if data.is_empty() || !data.len().is_multiple_of(16) {
             return Err(XtsError::BadLength(data.len()));
         }
         let mut t = Array::from(tweak);
@@ -128,7 +128,12 @@ mod tests {
             reference.encrypt_sector(&mut theirs, unit.to_le_bytes().into());
             assert_eq!(page, theirs);
             ours.decrypt(unit.to_le_bytes(), &mut page).unwrap();
-            assert_eq!(page, (0..4096).map(|i| (i * 7 + unit as usize) as u8).collect::<Vec<_>>());
+            assert_eq!(
+                page,
+                (0..4096)
+                    .map(|i| (i * 7 + unit as usize) as u8)
+                    .collect::<Vec<_>>()
+            );
         }
     }
 

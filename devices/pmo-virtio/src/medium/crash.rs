@@ -65,6 +65,11 @@ impl CrashMedium {
         g.crash_at = Some(g.persists + k);
     }
 
+    /// Cancels an armed crash that has not fired.
+    pub fn disarm(&self) {
+        self.lock().crash_at = None;
+    }
+
     /// Number of persist points executed so far.
     pub fn persist_count(&self) -> u64 {
         self.lock().persists

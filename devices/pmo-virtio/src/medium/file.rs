@@ -31,7 +31,10 @@ unsafe impl Send for FileMedium {}
 unsafe impl Sync for FileMedium {}
 
 fn io(what: &'static str) -> MediumError {
-    MediumError::Io { what, source: std::io::Error::last_os_error() }
+    MediumError::Io {
+        what,
+        source: std::io::Error::last_os_error(),
+    }
 }
 
 fn page_size() -> u64 {
@@ -53,8 +56,14 @@ impl FileMedium {
             .create(true)
             .truncate(true)
             .open(path)
-            .map_err(|source| MediumError::Io { what: "create medium file", source })?;
-        file.set_len(len).map_err(|source| MediumError::Io { what: "size medium file", source })?;
+            .map_err(|source| MediumError::Io {
+                what: "create medium file",
+                source,
+            })?;
+        file.set_len(len).map_err(|source| MediumError::Io {
+            what: "size medium file",
+            source,
+        })?;
         Self::map(file, len)
     }
 
@@ -64,17 +73,27 @@ impl FileMedium {
             .read(true)
             .write(true)
             .open(path)
-            .map_err(|source| MediumError::Io { what: "open medium file", source })?;
+            .map_err(|source| MediumError::Io {
+                what: "open medium file",
+                source,
+            })?;
         let len = file
             .metadata()
-            .map_err(|source| MediumError::Io { what: "stat medium file", source })?
+            .map_err(|source| MediumError::Io {
+                what: "stat medium file",
+                source,
+            })?
             .len();
         Self::map(file, len)
     }
 
     fn map(file: File, len: u64) -> Result<Self, MediumError> {
         if len == 0 {
-            return Err(MediumError::OutOfRange { off: 0, len: 0, end: 0 });
+            return Err(MediumError::OutOfRange {
+                off: 0,
+                len: 0,
+                end: 0,
+            });
         }
         let fd = file.as_raw_fd();
         let prot = libc::PROT_READ | libc::PROT_WRITE;
@@ -93,7 +112,14 @@ impl FileMedium {
             // Not DAX: fall back to the page cache.
             // SAFETY: as above, without MAP_SYNC.
             let p = unsafe {
-                libc::mmap(std::ptr::null_mut(), len as usize, prot, libc::MAP_SHARED, fd, 0)
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len as usize,
+                    prot,
+                    libc::MAP_SHARED,
+                    fd,
+                    0,
+                )
             };
             if p == libc::MAP_FAILED {
                 return Err(io("mmap medium file"));
@@ -102,7 +128,12 @@ impl FileMedium {
         } else {
             (p, Persistence::DaxFlush)
         };
-        Ok(Self { ptr: p.cast(), len, file, mode })
+        Ok(Self {
+            ptr: p.cast(),
+            len,
+            file,
+            mode,
+        })
     }
 
     /// How persistence is achieved on this file.
@@ -216,7 +247,11 @@ impl Medium for FileMedium {
                 let end = (off + len).min(self.len);
                 // SAFETY: [start, end) is inside the mapping and page aligned at the start.
                 let r = unsafe {
-                    libc::msync(self.ptr.add(start as usize).cast(), (end - start) as usize, libc::MS_SYNC)
+                    libc::msync(
+                        self.ptr.add(start as usize).cast(),
+                        (end - start) as usize,
+                        libc::MS_SYNC,
+                    )
                 };
                 if r != 0 {
                     return Err(io("msync"));
@@ -288,7 +323,10 @@ mod tests {
         drop(m);
         let meta = std::fs::metadata(&path).unwrap();
         use std::os::unix::fs::MetadataExt;
-        assert!(meta.blocks() * 512 < 1 << 20, "a 1 GiB medium must stay sparse");
+        assert!(
+            meta.blocks() * 512 < 1 << 20,
+            "a 1 GiB medium must stay sparse"
+        );
         let m = FileMedium::open(&path).unwrap();
         let mut b = [0u8; 5];
         m.read(5 << 20, &mut b).unwrap();

@@ -18,7 +18,10 @@ pub struct PmTiming {
 
 impl Default for PmTiming {
     fn default() -> Self {
-        Self { read_factor: 1.0, write_factor: 1.0 }
+        Self {
+            read_factor: 1.0,
+            write_factor: 1.0,
+        }
     }
 }
 
@@ -79,7 +82,10 @@ mod tests {
     fn timed_medium_is_transparent_for_data() {
         let m = TimedMedium::new(
             CrashMedium::new(4096),
-            PmTiming { read_factor: 3.0, write_factor: 5.0 },
+            PmTiming {
+                read_factor: 3.0,
+                write_factor: 5.0,
+            },
         );
         m.write(10, b"abc").unwrap();
         let mut b = [0u8; 3];

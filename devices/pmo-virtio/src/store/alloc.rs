@@ -46,7 +46,9 @@ impl Allocator {
 
     /// Marks `[off, off+len)` used (at open, for a live record).
     pub fn reserve(&mut self, off: u64, len: u64) -> Result<(), AllocError> {
-        let end = off.checked_add(len).ok_or(AllocError::Overlap { off, len })?;
+        let end = off
+            .checked_add(len)
+            .ok_or(AllocError::Overlap { off, len })?;
         let (&fo, &fl) = self
             .free
             .range(..=off)
@@ -67,7 +69,9 @@ impl Allocator {
 
     /// Finds and reserves an extent of at least `len` bytes (rounded up to the alignment).
     pub fn alloc(&mut self, len: u64) -> Result<(u64, u64), AllocError> {
-        let len = len.checked_next_multiple_of(self.align).ok_or(AllocError::NoSpace(len))?;
+        let len = len
+            .checked_next_multiple_of(self.align)
+            .ok_or(AllocError::NoSpace(len))?;
         let found = self.free.iter().find(|(_, &l)| l >= len).map(|(&o, _)| o);
         let off = found.ok_or(AllocError::NoSpace(len))?;
         self.reserve(off, len)?;

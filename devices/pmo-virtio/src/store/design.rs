@@ -35,8 +35,14 @@ pub enum Design {
 
 impl Design {
     /// Every design, for tests and benches.
-    pub const ALL: [Design; 6] =
-        [Design::Wedi, Design::BpIp, Design::BpId, Design::SpIp, Design::SpId, Design::D];
+    pub const ALL: [Design; 6] = [
+        Design::Wedi,
+        Design::BpIp,
+        Design::BpId,
+        Design::SpIp,
+        Design::SpId,
+        Design::D,
+    ];
 
     /// On-media code.
     pub fn code(self) -> u8 {

@@ -46,7 +46,14 @@ pub struct JournalWriter<'a> {
 impl<'a> JournalWriter<'a> {
     /// Starts a journal.
     pub fn new(m: &'a dyn Medium, base: u64, cap: u64) -> Self {
-        Self { m, base, cap, at: HEADER, count: 0, hasher: blake3::Hasher::new() }
+        Self {
+            m,
+            base,
+            cap,
+            at: HEADER,
+            count: 0,
+            hasher: blake3::Hasher::new(),
+        }
     }
 
     /// Appends "copy `data` to extent-relative offset `dest`".
@@ -61,7 +68,10 @@ impl<'a> JournalWriter<'a> {
         self.m.write(self.base + self.at + ENTRY_HEAD, data)?;
         let pad = (cost - ENTRY_HEAD) as usize - data.len();
         if pad > 0 {
-            self.m.write(self.base + self.at + ENTRY_HEAD + data.len() as u64, &[0u8; 8][..pad])?;
+            self.m.write(
+                self.base + self.at + ENTRY_HEAD + data.len() as u64,
+                &[0u8; 8][..pad],
+            )?;
         }
         self.hasher.update(&h.0);
         self.hasher.update(data);
@@ -114,8 +124,12 @@ fn scan(
     m.read(base, &mut hb)?;
     let mut d = Dec::new(&hb);
     let bad = |_| JournalError::Damaged("header");
-    let (magic, jepoch, count, jlen) =
-        (d.u64().map_err(bad)?, d.u64().map_err(bad)?, d.u64().map_err(bad)?, d.u64().map_err(bad)?);
+    let (magic, jepoch, count, jlen) = (
+        d.u64().map_err(bad)?,
+        d.u64().map_err(bad)?,
+        d.u64().map_err(bad)?,
+        d.u64().map_err(bad)?,
+    );
     if magic != MAGIC || jepoch != epoch || jlen != len {
         return Err(JournalError::Damaged("header"));
     }
@@ -145,7 +159,11 @@ fn scan(
             body.update(&buf[..n]);
             off += n as u64;
         }
-        entries.push(Entry { dest, len: elen, data_at: at + ENTRY_HEAD });
+        entries.push(Entry {
+            dest,
+            len: elen,
+            data_at: at + ENTRY_HEAD,
+        });
         at += cost;
     }
     if at != len {

@@ -146,7 +146,9 @@ pub struct StoreOptions {
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        Self { slots: DEFAULT_SLOTS }
+        Self {
+            slots: DEFAULT_SLOTS,
+        }
     }
 }
 
@@ -161,7 +163,10 @@ pub struct CreateOptions {
 
 impl Default for CreateOptions {
     fn default() -> Self {
-        Self { design: Design::D, suite: Suite::XtsBlake3 }
+        Self {
+            design: Design::D,
+            suite: Suite::XtsBlake3,
+        }
     }
 }
 
@@ -229,7 +234,11 @@ impl Geometry {
         let tsc = journal::HEADER
             + npages * journal::entry_cost(PAGE as u64)
             + layout.total_groups() * journal::entry_cost(tree::ARITY * tree::LEAF as u64);
-        Self { data_len, meta_len, tsc_len: tsc.div_ceil(4096) * 4096 }
+        Self {
+            data_len,
+            meta_len,
+            tsc_len: tsc.div_ceil(4096) * 4096,
+        }
     }
     pub fn total(&self) -> u64 {
         self.data_len + self.meta_len + self.tsc_len
@@ -303,7 +312,9 @@ pub fn validate_name(name: &str) -> Result<(), StoreError> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME
         && !name.starts_with('.')
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
     if ok {
         Ok(())
     } else {
@@ -313,7 +324,7 @@ pub fn validate_name(name: &str) -> Result<(), StoreError> {
 
 /// Checks a PMO size.
 pub fn validate_size(size: u64) -> Result<u64, StoreError> {
-    if size == 0 || size % PAGE as u64 != 0 || size > MAX_PMO_SIZE {
+    if size == 0 || !size.is_multiple_of(PAGE as u64) || size > MAX_PMO_SIZE {
         return Err(StoreError::InvalidSize(size));
     }
     Ok(size / PAGE as u64)
@@ -349,7 +360,11 @@ impl Store {
             inner: Arc::new(StoreInner {
                 m: medium,
                 sb,
-                cat: Mutex::new(Catalog { names: HashMap::new(), free_slots, alloc }),
+                cat: Mutex::new(Catalog {
+                    names: HashMap::new(),
+                    free_slots,
+                    alloc,
+                }),
             }),
         })
     }
@@ -563,7 +578,10 @@ impl Store {
         let rt = self.lookup(name)?;
         let keys = Self::unlock(&rt, key)?;
         if let Some(why) = rt.damaged.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-            return Err(StoreError::Corrupt { name: name.to_string(), why });
+            return Err(StoreError::Corrupt {
+                name: name.to_string(),
+                why,
+            });
         }
         {
             let mut gate = Self::wait_idle(&rt);

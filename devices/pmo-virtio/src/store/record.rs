@@ -122,7 +122,8 @@ pub struct Record {
 }
 
 impl Record {
-    fn encode(&self) -> Vec<u8> {
+    /// Encodes the record with its checksum (public for tamper tests and tools).
+    pub fn encode(&self) -> Vec<u8> {
         let mut e = Enc::default();
         let name = self.name.as_bytes();
         let mut nb = [0u8; MAX_NAME];
@@ -192,7 +193,12 @@ impl Record {
             npages,
             ext_off,
             ext_len,
-            keys: KeyParams { salt, paper_iv, suite, uid },
+            keys: KeyParams {
+                salt,
+                paper_iv,
+                suite,
+                uid,
+            },
             kcv,
             epoch,
             next_epoch,
@@ -206,7 +212,8 @@ impl Record {
 }
 
 /// Length of the encoded record body before its checksum.
-const ENCODED_BODY: usize = 4 + 8 + 4 + MAX_NAME + 8 * 4 + 32 + 16 + 32 + 8 + 8 + 32 + 32 + 8 + 32 + 8;
+const ENCODED_BODY: usize =
+    4 + 8 + 4 + MAX_NAME + 8 * 4 + 32 + 16 + 32 + 8 + 8 + 32 + 32 + 8 + 32 + 8;
 
 /// What a table slot holds after reading both copies.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,7 +221,12 @@ pub enum SlotContent {
     /// Both copies blank (all zero): never used.
     Blank,
     /// A valid record; `copy` is the index of the current copy.
-    Valid { rec: Record, copy: u8 },
+    Valid {
+        /// The record.
+        rec: Box<Record>,
+        /// Which copy.
+        copy: u8,
+    },
     /// Not blank, but no copy decodes.
     Damaged,
 }
@@ -232,8 +244,8 @@ pub fn arbitrate(slot: &[u8]) -> SlotContent {
     if slot.iter().all(|b| *b == 0) {
         return SlotContent::Blank;
     }
-    let a = slot.get(..half).and_then(Record::decode);
-    let b = slot.get(half..).and_then(Record::decode);
+    let a = slot.get(..half).and_then(Record::decode).map(Box::new);
+    let b = slot.get(half..).and_then(Record::decode).map(Box::new);
     match (a, b) {
         (Some(a), Some(b)) => {
             if b.seq > a.seq {
@@ -287,7 +299,12 @@ mod tests {
             npages: 3,
             ext_off: 1 << 21,
             ext_len: 1 << 21,
-            keys: KeyParams { salt: [1; 32], paper_iv: [2; 16], suite: Suite::XtsBlake3, uid: 7 },
+            keys: KeyParams {
+                salt: [1; 32],
+                paper_iv: [2; 16],
+                suite: Suite::XtsBlake3,
+                uid: 7,
+            },
             kcv: [3; 32],
             epoch: 0,
             next_epoch: 1,
@@ -312,9 +329,21 @@ mod tests {
         r2.epoch = 5;
         let enc2 = r2.encode();
         slot[512..512 + enc2.len()].copy_from_slice(&enc2);
-        assert_eq!(arbitrate(&slot), SlotContent::Valid { rec: r2, copy: 1 });
+        assert_eq!(
+            arbitrate(&slot),
+            SlotContent::Valid {
+                rec: Box::new(r2),
+                copy: 1
+            }
+        );
         slot[512 + 40] ^= 1; // torn newer copy
-        assert_eq!(arbitrate(&slot), SlotContent::Valid { rec: r, copy: 0 });
+        assert_eq!(
+            arbitrate(&slot),
+            SlotContent::Valid {
+                rec: Box::new(r),
+                copy: 0
+            }
+        );
         slot[40] ^= 1;
         assert_eq!(arbitrate(&slot), SlotContent::Damaged);
     }

@@ -73,7 +73,7 @@ fn validate(sb: &Superblock, r: &Record) -> Result<(TreeLayout, Geometry), Strin
     if r.ext_off < sb.data_off
         || end > sb.medium_len
         || r.ext_len < geo.total()
-        || r.ext_off % EXTENT_ALIGN != 0
+        || !r.ext_off.is_multiple_of(EXTENT_ALIGN)
     {
         return Err("extent outside data area or too small".into());
     }
@@ -100,7 +100,7 @@ pub(super) fn open(m: Arc<dyn Medium>) -> Result<(Store, RecoveryReport), StoreE
                 report.bad_slots.push((slot, "no valid record copy".into()));
                 continue;
             }
-            SlotContent::Valid { rec, copy } => (rec, copy),
+            SlotContent::Valid { rec, copy } => (*rec, copy),
         };
         if rec.state == PmoState::Free {
             free_slots.insert(slot, (rec.seq, copy));
@@ -114,7 +114,9 @@ pub(super) fn open(m: Arc<dyn Medium>) -> Result<(Store, RecoveryReport), StoreE
             }
         };
         if names.contains_key(&rec.name) {
-            report.bad_slots.push((slot, format!("duplicate name {:?}", rec.name)));
+            report
+                .bad_slots
+                .push((slot, format!("duplicate name {:?}", rec.name)));
             continue;
         }
         if let Err(e) = alloc.reserve(rec.ext_off, rec.ext_len) {
@@ -137,7 +139,11 @@ pub(super) fn open(m: Arc<dyn Medium>) -> Result<(Store, RecoveryReport), StoreE
     let inner = Arc::new(StoreInner {
         m: inner_m,
         sb,
-        cat: Mutex::new(Catalog { names: HashMap::new(), free_slots, alloc }),
+        cat: Mutex::new(Catalog {
+            names: HashMap::new(),
+            free_slots,
+            alloc,
+        }),
     });
     // Recover PMOs caught mid-operation.
     let mut live = HashMap::new();
@@ -149,7 +155,9 @@ pub(super) fn open(m: Arc<dyn Medium>) -> Result<(Store, RecoveryReport), StoreE
                 live.insert(name, rt);
             }
             Some(RecoveryAction::DestroyFinished) => {
-                report.actions.push((name, found, RecoveryAction::DestroyFinished));
+                report
+                    .actions
+                    .push((name, found, RecoveryAction::DestroyFinished));
                 freed.push(rt);
             }
             Some(a) => {

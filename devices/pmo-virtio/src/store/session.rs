@@ -131,7 +131,9 @@ impl Session {
             }
             core.plain = Some(RwLock::new(plain));
         }
-        Ok(Session { core: Some(Arc::new(core)) })
+        Ok(Session {
+            core: Some(Arc::new(core)),
+        })
     }
 
     fn core(&self) -> &Arc<Core> {
@@ -162,7 +164,10 @@ impl Session {
     pub fn fault(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), StoreError> {
         let c = self.core();
         if page >= c.rt.npages {
-            return Err(StoreError::PageOutOfRange { page, npages: c.rt.npages });
+            return Err(StoreError::PageOutOfRange {
+                page,
+                npages: c.rt.npages,
+            });
         }
         if let Some(plain) = &c.plain {
             let g = plain.read().unwrap_or_else(|e| e.into_inner());
@@ -172,7 +177,10 @@ impl Session {
         }
         let _io = c.io.read().unwrap_or_else(|e| e.into_inner());
         c.fault_medium(page, out)?;
-        c.touched.lock().unwrap_or_else(|e| e.into_inner()).insert(page);
+        c.touched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(page);
         Ok(())
     }
 
@@ -189,7 +197,10 @@ impl Session {
         let mut dirty: BTreeMap<u64, &[u8; PAGE]> = BTreeMap::new();
         for (p, d) in pages {
             if p >= c.rt.npages {
-                return Err(StoreError::PageOutOfRange { page: p, npages: c.rt.npages });
+                return Err(StoreError::PageOutOfRange {
+                    page: p,
+                    npages: c.rt.npages,
+                });
             }
             dirty.insert(p, d);
         }
@@ -210,7 +221,10 @@ impl Session {
     /// and `bp`, TSC scrub for all) runs in the background. A later attach of the same PMO waits.
     pub fn detach(mut self) -> DetachHandle {
         let Some(core) = self.core.take() else {
-            return DetachHandle { thread: None, inline: None };
+            return DetachHandle {
+                thread: None,
+                inline: None,
+            };
         };
         core.rt.lock_gate().busy = true;
         let worker = core.clone();
@@ -225,12 +239,18 @@ impl Session {
                 r
             });
         match spawned {
-            Ok(t) => DetachHandle { thread: Some(t), inline: None },
+            Ok(t) => DetachHandle {
+                thread: Some(t),
+                inline: None,
+            },
             Err(_) => {
                 // No thread available: do the work inline.
                 let r = core.detach_work();
                 core.finish_detach();
-                DetachHandle { thread: None, inline: Some(r) }
+                DetachHandle {
+                    thread: None,
+                    inline: Some(r),
+                }
             }
         }
     }
@@ -276,8 +296,14 @@ impl Core {
             out.zeroize();
             return Err(e.into());
         }
-        let id = PageId { uid: self.keys.params().uid, page: page as u32, version: leaf.version };
-        self.keys.open_page(id, out, &leaf.tag).map_err(|_| StoreError::Integrity { page })
+        let id = PageId {
+            uid: self.keys.params().uid,
+            page: page as u32,
+            version: leaf.version,
+        };
+        self.keys
+            .open_page(id, out, &leaf.tag)
+            .map_err(|_| StoreError::Integrity { page })
     }
 
     fn verify_every_page(&self, skip: &BTreeMap<u64, &[u8; PAGE]>) -> Result<(), StoreError> {
@@ -293,7 +319,10 @@ impl Core {
     }
 
     /// The psync engine: encrypt into the TSC (EP), commit (TC), copy, back to W.
-    fn commit<'a>(&self, pages: impl Iterator<Item = (u64, &'a [u8; PAGE])>) -> Result<(), StoreError> {
+    fn commit<'a>(
+        &self,
+        pages: impl Iterator<Item = (u64, &'a [u8; PAGE])>,
+    ) -> Result<(), StoreError> {
         let m = &*self.store.m;
         let geo = self.rt.geometry();
         let mut cell = self.rt.lock_rec();
@@ -304,8 +333,21 @@ impl Core {
         let mut leaves = BTreeMap::new();
         for (p, plain) in pages {
             let mut ct = Box::new(*plain);
-            let tag = self.keys.seal_page(PageId { uid, page: p as u32, version: epoch }, &mut ct)?;
-            leaves.insert(p, Leaf { version: epoch, tag });
+            let tag = self.keys.seal_page(
+                PageId {
+                    uid,
+                    page: p as u32,
+                    version: epoch,
+                },
+                &mut ct,
+            )?;
+            leaves.insert(
+                p,
+                Leaf {
+                    version: epoch,
+                    tag,
+                },
+            );
             cts.push((p, ct));
         }
         if cts.is_empty() {
@@ -314,10 +356,16 @@ impl Core {
         let up: TreeUpdate = self
             .tree
             .plan(&self.rt.layout, m, self.meta_off(), &leaves)
-            .map_err(|e| StoreError::Corrupt { name: self.rt.name.clone(), why: e.to_string() })?;
+            .map_err(|e| StoreError::Corrupt {
+                name: self.rt.name.clone(),
+                why: e.to_string(),
+            })?;
         let jlen = journal::HEADER
             + cts.len() as u64 * journal::entry_cost(PAGE as u64)
-            + up.groups.values().map(|g| journal::entry_cost(g.len() as u64)).sum::<u64>();
+            + up.groups
+                .values()
+                .map(|g| journal::entry_cost(g.len() as u64))
+                .sum::<u64>();
         // EP: reserve the epoch (never reuse a tweak) and note how much TSC will be dirty.
         let back_to = cell.rec.state;
         cell.rec.state = PmoState::EncryptPersist;
@@ -355,7 +403,11 @@ impl Core {
             )?;
             self.tree.apply(&up);
         }
-        cell.rec.state = if back_to == PmoState::Read { PmoState::Read } else { PmoState::Write };
+        cell.rec.state = if back_to == PmoState::Read {
+            PmoState::Read
+        } else {
+            PmoState::Write
+        };
         cell.rec.journal_len = 0;
         self.store.write_rec(&self.rt, &mut cell)?;
         Ok(())
@@ -367,17 +419,21 @@ impl Core {
             if let Some(plain) = &self.plain {
                 // WED/Ip: encrypt the whole PMO at detach.
                 let g = plain.read().unwrap_or_else(|e| e.into_inner());
-                let pages: Vec<(u64, &[u8; PAGE])> = g
-                    .0
-                    .chunks_exact(PAGE)
-                    .enumerate()
-                    .filter_map(|(i, c)| <&[u8; PAGE]>::try_from(c).ok().map(|a| (i as u64, a)))
-                    .collect();
+                let pages: Vec<(u64, &[u8; PAGE])> =
+                    g.0.chunks_exact(PAGE)
+                        .enumerate()
+                        .filter_map(|(i, c)| <&[u8; PAGE]>::try_from(c).ok().map(|a| (i as u64, a)))
+                        .collect();
                 self.commit(pages.into_iter())?;
             } else if self.design.reencrypt_touched_at_detach() {
                 // BP: EPP/CPP re-encrypt every touched page.
-                let touched: Vec<u64> =
-                    self.touched.lock().unwrap_or_else(|e| e.into_inner()).iter().copied().collect();
+                let touched: Vec<u64> = self
+                    .touched
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .copied()
+                    .collect();
                 let mut bufs: Vec<(u64, Box<[u8; PAGE]>)> = Vec::with_capacity(touched.len());
                 for p in touched {
                     let mut b = Box::new([0u8; PAGE]);

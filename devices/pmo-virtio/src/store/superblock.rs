@@ -56,7 +56,13 @@ impl Superblock {
         if slots == 0 || data_off >= medium_len {
             return Err(SuperblockError::Geometry);
         }
-        Ok(Self { uuid, medium_len, slots, table_off, data_off })
+        Ok(Self {
+            uuid,
+            medium_len,
+            slots,
+            table_off,
+            data_off,
+        })
     }
 
     fn encode(&self) -> Vec<u8> {
@@ -93,7 +99,13 @@ impl Superblock {
         if version != FORMAT_VERSION {
             return Err(SuperblockError::Version(version));
         }
-        Ok(Self { uuid, medium_len, slots, table_off, data_off })
+        Ok(Self {
+            uuid,
+            medium_len,
+            slots,
+            table_off,
+            data_off,
+        })
     }
 
     /// Writes both copies and persists them.

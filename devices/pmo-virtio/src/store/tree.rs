@@ -67,7 +67,11 @@ impl TreeLayout {
             offs.push(at);
             at += c * entry_size(k) as u64;
         }
-        Self { counts, offs, size: at.div_ceil(4096) * 4096 }
+        Self {
+            counts,
+            offs,
+            size: at.div_ceil(4096) * 4096,
+        }
     }
     /// Index of the root level (T).
     pub fn top(&self) -> usize {
@@ -141,13 +145,18 @@ impl Leaf {
             v.copy_from_slice(&b[..8]);
             tag.copy_from_slice(&b[8..LEAF]);
         }
-        Self { version: u64::from_le_bytes(v), tag }
+        Self {
+            version: u64::from_le_bytes(v),
+            tag,
+        }
     }
 }
 
 /// Groups already verified in this session, and the trusted root.
+type GroupMap = HashMap<(usize, u64), Arc<Vec<u8>>>;
+
 pub struct TreeCache {
-    groups: Mutex<HashMap<(usize, u64), Arc<Vec<u8>>>>,
+    groups: Mutex<GroupMap>,
     root: Mutex<[u8; 32]>,
 }
 
@@ -162,10 +171,13 @@ pub struct TreeUpdate {
 impl TreeCache {
     /// A cache trusting `root` (checked against its MAC by the caller).
     pub fn new(root: [u8; 32]) -> Self {
-        Self { groups: Mutex::new(HashMap::new()), root: Mutex::new(root) }
+        Self {
+            groups: Mutex::new(HashMap::new()),
+            root: Mutex::new(root),
+        }
     }
 
-    fn lock_groups(&self) -> std::sync::MutexGuard<'_, HashMap<(usize, u64), Arc<Vec<u8>>>> {
+    fn lock_groups(&self) -> std::sync::MutexGuard<'_, GroupMap> {
         self.groups.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -231,9 +243,8 @@ impl TreeCache {
         let mut touched: BTreeMap<(usize, u64), Vec<u8>> = BTreeMap::new();
         for (&p, leaf) in leaves {
             let g = p / ARITY;
-            if !touched.contains_key(&(0, g)) {
-                let cur = self.group(layout, m, meta_off, 0, g)?;
-                touched.insert((0, g), cur.to_vec());
+            if let std::collections::btree_map::Entry::Vacant(e) = touched.entry((0, g)) {
+                e.insert(self.group(layout, m, meta_off, 0, g)?.to_vec());
             }
             if let Some(grp) = touched.get_mut(&(0, g)) {
                 let i = (p % ARITY) as usize * LEAF;
@@ -242,7 +253,10 @@ impl TreeCache {
         }
         let mut root = self.root();
         for k in 0..layout.top() {
-            let keys: Vec<u64> = touched.range((k, 0)..(k + 1, 0)).map(|(&(_, g), _)| g).collect();
+            let keys: Vec<u64> = touched
+                .range((k, 0)..(k + 1, 0))
+                .map(|(&(_, g), _)| g)
+                .collect();
             for g in keys {
                 let h = match touched.get(&(k, g)) {
                     Some(b) => group_hash(k, g, b),
@@ -253,9 +267,8 @@ impl TreeCache {
                     continue;
                 }
                 let pg = g / ARITY;
-                if !touched.contains_key(&(k + 1, pg)) {
-                    let cur = self.group(layout, m, meta_off, k + 1, pg)?;
-                    touched.insert((k + 1, pg), cur.to_vec());
+                if let std::collections::btree_map::Entry::Vacant(e) = touched.entry((k + 1, pg)) {
+                    e.insert(self.group(layout, m, meta_off, k + 1, pg)?.to_vec());
                 }
                 if let Some(parent) = touched.get_mut(&(k + 1, pg)) {
                     let i = (g % ARITY) as usize * NODE;
@@ -263,7 +276,10 @@ impl TreeCache {
                 }
             }
         }
-        Ok(TreeUpdate { groups: touched, root })
+        Ok(TreeUpdate {
+            groups: touched,
+            root,
+        })
     }
 
     /// Installs a committed update.
@@ -315,15 +331,28 @@ mod tests {
         let m = CrashMedium::new(layout.size());
         let c = TreeCache::new([0; 32]);
         let mut leaves = BTreeMap::new();
-        leaves.insert(7u64, Leaf { version: 1, tag: [9; 32] });
-        leaves.insert(4999u64, Leaf { version: 1, tag: [8; 32] });
+        leaves.insert(
+            7u64,
+            Leaf {
+                version: 1,
+                tag: [9; 32],
+            },
+        );
+        leaves.insert(
+            4999u64,
+            Leaf {
+                version: 1,
+                tag: [8; 32],
+            },
+        );
         let up = c.plan(&layout, &m, 0, &leaves).unwrap();
         for ((k, g), b) in &up.groups {
             m.write(layout.group_range(*k, *g).0, b).unwrap();
         }
         let old_leaf7 = {
             let mut b = [0u8; LEAF];
-            m.read(layout.group_range(0, 0).0 + 7 * LEAF as u64, &mut b).unwrap();
+            m.read(layout.group_range(0, 0).0 + 7 * LEAF as u64, &mut b)
+                .unwrap();
             b
         };
         let fresh = TreeCache::new(up.root);
@@ -331,13 +360,23 @@ mod tests {
         fresh.verify_all(&layout, &m, 0).unwrap();
         // second version of page 7, then roll the leaf back
         let mut l2 = BTreeMap::new();
-        l2.insert(7u64, Leaf { version: 2, tag: [1; 32] });
+        l2.insert(
+            7u64,
+            Leaf {
+                version: 2,
+                tag: [1; 32],
+            },
+        );
         let up2 = fresh.plan(&layout, &m, 0, &l2).unwrap();
         for ((k, g), b) in &up2.groups {
             m.write(layout.group_range(*k, *g).0, b).unwrap();
         }
-        m.write(layout.group_range(0, 0).0 + 7 * LEAF as u64, &old_leaf7).unwrap();
+        m.write(layout.group_range(0, 0).0 + 7 * LEAF as u64, &old_leaf7)
+            .unwrap();
         let after = TreeCache::new(up2.root);
-        assert!(matches!(after.leaf(&layout, &m, 0, 7), Err(TreeError::Mismatch { .. })));
+        assert!(matches!(
+            after.leaf(&layout, &m, 0, 7),
+            Err(TreeError::Mismatch { .. })
+        ));
     }
 }
