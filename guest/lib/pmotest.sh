@@ -11,6 +11,8 @@ pmo_check() {
     shift 2
     # One line, whatever the detail holds.
     echo "PMOTEST ${PMOTEST_SCENARIO}.${_c} ${_r} $(printf '%s' "$*" | tr '\n\r' '  ')"
+    # /init dumps the kernel log after the scenarios when anything failed.
+    [ "$_r" = ok ] || : >/tmp/pmotest.failed
 }
 
 pmo_ok() {

@@ -2,9 +2,10 @@
 //! pattern written to /dev/pmem0 reaches the host file and is read back by a second boot, and
 //! a guest poweroff ends the VMM with exit code 0.
 //!
-//! One run of two VMs serves all tests here (a nested test host boot costs ~15 s): VM "write"
+//! One run of three VMs serves all tests here (a nested test host boot costs ~15 s): VM "write"
 //! (1 vCPU) reports boot_info and writes the pattern; VM "read" (2 vCPUs) reports boot_info
-//! and reads it back from the same host file.
+//! and reads it back from the same host file; VM "panic" crashes its kernel on purpose, which
+//! the VMM learns through pvpanic (exit code 2).
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -42,6 +43,7 @@ fn group() -> &'static Group {
                 .param("pattern", &pattern)
                 .param("offset", OFFSET.to_string())
                 .pmem(&pmem, Some(64 << 20)),
+            VmSpec::new("panic").scenarios(["kernel_panic"]),
         ];
         let outcomes = run_vms(&specs).map_err(|e| e.to_string())?;
         Ok(Group {
@@ -79,9 +81,8 @@ fn boots_with_2_vcpus_and_reports_kernel_and_cpus() {
 #[test]
 fn guest_poweroff_ends_the_vmm_with_0() {
     let g = group();
-    for vm in &g.outcomes {
-        vm.assert_exit(0);
-    }
+    g.outcomes[0].assert_exit(0);
+    g.outcomes[1].assert_exit(0);
 }
 
 #[test]
@@ -110,4 +111,12 @@ fn second_boot_reads_the_pattern_back() {
     let vm = &g.outcomes[1];
     vm.assert_all_ok(&["pmem_read"]);
     vm.assert_ok("pmem_read.match");
+}
+
+#[test]
+fn guest_panic_ends_the_vmm_with_2() {
+    let g = group();
+    let vm = &g.outcomes[2];
+    vm.assert_ok("kernel_panic.trigger");
+    vm.assert_exit(2);
 }
