@@ -4,6 +4,7 @@
 //! that protects pages, and the [`store`] that lays PMOs out on a medium with crash-atomic
 //! psync and recovery. The pager (userfaultfd window) and the virtio protocol build on it.
 
+pub mod cli_support;
 pub mod crypto;
 pub mod medium;
 pub mod store;
