@@ -60,6 +60,8 @@ enum {
 };
 
 #define PMO_EVENT_PAGE_POISONED	1
+/* Status 38 (Linux's number for "no such system call"): unknown op. */
+#define PMO_STATUS_UNKNOWN_OP	38
 
 /* Wire formats: little-endian, no padding (docs/virtio-pmo.md). */
 struct virtio_pmo_config {
@@ -225,10 +227,11 @@ static int pmo_status_errno(u32 status)
 	case EINVAL:
 	case ENOSPC:
 	case ENAMETOOLONG:
-	case ENOSYS:
 	case EPROTO:
 	case EBADMSG:
 		return -(int)status;
+	case PMO_STATUS_UNKNOWN_OP:
+		return -EOPNOTSUPP;
 	default:
 		pr_warn_ratelimited("device returned unknown status %u\n", status);
 		return -EIO;
