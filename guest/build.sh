@@ -139,7 +139,7 @@ stage_modules() {
 make_cpio() {
     local root=$1 dst=$2
     find "$root" -exec touch -h -d @0 {} +
-    (cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) |
+    (cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --reproducible --quiet) |
         gzip -6 -n >"$dst.tmp"
     mv "$dst.tmp" "$dst"
 }
