@@ -6,5 +6,11 @@
 
 pub mod cli_support;
 pub mod crypto;
+#[cfg(feature = "device")]
+pub mod device;
 pub mod medium;
+#[cfg(feature = "device")]
+pub mod pager;
+#[cfg(feature = "device")]
+pub mod proto;
 pub mod store;

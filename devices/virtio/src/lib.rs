@@ -15,7 +15,7 @@ use virtio_queue::Queue;
 use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::EventFd;
 
-pub use worker::{QueueWorker, WorkerError};
+pub use worker::{QueueHandler, QueueWorker, WorkerError};
 
 /// `VIRTIO_F_VERSION_1`: every device we offer is a modern (1.0+) device.
 pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;

@@ -131,7 +131,8 @@ impl Uffd {
     /// faults guest memory in through the kernel), with WP and thread ids.
     pub fn new() -> io::Result<Self> {
         // SAFETY: plain syscall; on success it returns a new fd we own.
-        let raw = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) };
+        let raw =
+            unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) };
         if raw < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -175,7 +176,10 @@ impl Uffd {
             };
         }
         if n as usize != std::mem::size_of::<RawMsg>() {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "short uffd message"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "short uffd message",
+            ));
         }
         // SAFETY: the kernel filled all 32 bytes; every bit pattern is a valid RawMsg.
         let msg = unsafe { msg.assume_init() };
@@ -185,7 +189,7 @@ impl Uffd {
         }
         let flags = msg.flags;
         Ok(Some(Fault {
-            address: msg.address & !(crate::PAGE_SIZE as u64 - 1),
+            address: msg.address & !(crate::crypto::PAGE as u64 - 1),
             write: flags & PAGEFAULT_FLAG_WRITE != 0,
             wp: flags & PAGEFAULT_FLAG_WP != 0,
             tid: msg.ptid,

@@ -1,0 +1,653 @@
+//! The virtio-pmo device: the control queue in front of the PMO service.
+//!
+//! The service owns the store, the pager (window) and the attach sessions.
+//! Requests are parsed by [`crate::proto`]; every failure becomes a status
+//! code for the guest. The device never trusts a handle, offset or length
+//! from the guest: handles are looked up, window slices come from the pager.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use virtio_devices::{
+    read_config_bytes, ActivateContext, ActivateError, DeviceMemory, InterruptKind, QueueHandler,
+    QueueWorker, VirtioDevice, VirtioInterrupt, VIRTIO_F_VERSION_1,
+};
+use virtio_queue::{Queue, QueueT};
+use vm_memory::GuestMemoryMmap;
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use crate::crypto::{UserKey, PAGE};
+use crate::medium::{FileMedium, Medium};
+use crate::pager::{
+    FillError, PageSource, Pager, PagerError, PoisonBoard, SliceStats, HIST_BUCKETS,
+};
+use crate::proto::{self, Request, Status};
+use crate::store::{Design, Perm, Session, Store, StoreError, StoreOptions};
+
+/// Virtio device type of the PMO device (unassigned in virtio 1.3; see docs/virtio-pmo.md).
+pub const VIRTIO_ID_PMO: u32 = 63;
+const QUEUE_SIZE: u16 = 128;
+const CONTROL_QUEUE: u16 = 0;
+const EVENT_QUEUE: u16 = 1;
+/// Internal wakeup of the queue thread: events waiting for the event queue.
+const EVENT_KICK: u16 = 2;
+
+/// Errors bringing the PMO device up.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error("PMO store {path}: {source}")]
+    Medium {
+        path: PathBuf,
+        source: crate::medium::MediumError,
+    },
+    #[error("PMO store {path}: {source}")]
+    Store { path: PathBuf, source: StoreError },
+    #[error("PMO window: {0}")]
+    Pager(#[from] PagerError),
+    #[error("unknown PMO design {0:?}")]
+    Design(String),
+    #[error("eventfd: {0}")]
+    EventFd(std::io::Error),
+}
+
+/// How to build the device.
+#[derive(Clone, Debug)]
+pub struct PmoDeviceConfig {
+    pub store: PathBuf,
+    /// Size to create the store with when the file does not exist.
+    pub store_size: Option<u64>,
+    /// Design for attaches (None: each PMO's own).
+    pub design: Option<String>,
+    pub window_size: u64,
+    pub fault_threads: usize,
+}
+
+/// Opens the store file, creating and formatting it if missing.
+pub fn open_store(path: &Path, size: Option<u64>) -> Result<Store, DeviceError> {
+    let medium_err = |source| DeviceError::Medium {
+        path: path.to_owned(),
+        source,
+    };
+    let store_err = |source| DeviceError::Store {
+        path: path.to_owned(),
+        source,
+    };
+    let exists = path.exists();
+    match (exists, size) {
+        (false, Some(len)) => {
+            let m: Arc<dyn Medium> = Arc::new(FileMedium::create(path, len).map_err(medium_err)?);
+            Store::create(m, StoreOptions::default()).map_err(store_err)
+        }
+        _ => {
+            let m: Arc<dyn Medium> = Arc::new(FileMedium::open(path).map_err(medium_err)?);
+            let (store, report) = Store::open(m).map_err(store_err)?;
+            log::info!("PMO store {}: {report:?}", path.display());
+            Ok(store)
+        }
+    }
+}
+
+/// A store session as the pager's page source.
+struct SessionSource {
+    session: RwLock<Option<Session>>,
+    writable: bool,
+    handle: u64,
+    events: Arc<EventSink>,
+}
+
+impl PageSource for SessionSource {
+    fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError> {
+        let guard = self.session.read().unwrap_or_else(|e| e.into_inner());
+        let Some(s) = guard.as_ref() else {
+            return Err(FillError::Other {
+                page,
+                why: "detached".into(),
+            });
+        };
+        match s.fault(page, out) {
+            Ok(()) => Ok(()),
+            Err(StoreError::Integrity { page }) => {
+                self.events.post(self.handle, page);
+                Err(FillError::Integrity(page))
+            }
+            Err(e) => {
+                self.events.post(self.handle, page);
+                Err(FillError::Other {
+                    page,
+                    why: e.to_string(),
+                })
+            }
+        }
+    }
+
+    fn writable(&self) -> bool {
+        self.writable
+    }
+}
+
+/// Events waiting for a buffer on the event queue.
+struct EventSink {
+    pending: Mutex<VecDeque<(u64, u64)>>,
+    kick: EventFd,
+}
+
+impl EventSink {
+    fn post(&self, handle: u64, page: u64) {
+        let mut q = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        // Bounded: a flood of failures keeps only the most recent events.
+        if q.len() >= 1024 {
+            q.pop_front();
+        }
+        q.push_back((handle, page));
+        let _ = self.kick.write(1);
+    }
+}
+
+struct Attachment {
+    name: String,
+    perm: Perm,
+    source: Arc<SessionSource>,
+    offset: u64,
+    size: u64,
+    stats: Arc<SliceStats>,
+    psyncs: AtomicU64,
+    psync_pages: AtomicU64,
+    psync_ns: AtomicU64,
+}
+
+/// The PMO service: store, window and sessions.
+pub struct PmoService {
+    store: Store,
+    pager: Arc<Pager>,
+    design: Mutex<Option<Design>>,
+    attachments: Mutex<BTreeMap<u64, Arc<Attachment>>>,
+    next_handle: AtomicU64,
+    events: Arc<EventSink>,
+}
+
+fn store_status(e: &StoreError) -> Status {
+    match e {
+        StoreError::NotFound(_) => Status::NoEnt,
+        StoreError::Exists(_) => Status::Exist,
+        StoreError::Busy(_) => Status::Busy,
+        StoreError::WrongKey => Status::Access,
+        StoreError::InvalidName(_)
+        | StoreError::InvalidSize(_)
+        | StoreError::PageOutOfRange { .. } => Status::Inval,
+        StoreError::Integrity { .. } | StoreError::Corrupt { .. } => Status::BadMsg,
+        StoreError::ReadOnly => Status::Perm,
+        StoreError::TableFull | StoreError::Alloc(_) => Status::NoSpc,
+        _ => Status::Io,
+    }
+}
+
+impl PmoService {
+    pub fn new(cfg: &PmoDeviceConfig) -> Result<Arc<Self>, DeviceError> {
+        let design = match &cfg.design {
+            Some(d) => Some(Design::from_name(d).ok_or_else(|| DeviceError::Design(d.clone()))?),
+            None => None,
+        };
+        let store = open_store(&cfg.store, cfg.store_size)?;
+        let pager = Pager::new(cfg.window_size, cfg.fault_threads)?;
+        Ok(Arc::new(PmoService {
+            store,
+            pager,
+            design: Mutex::new(design),
+            attachments: Mutex::new(BTreeMap::new()),
+            next_handle: AtomicU64::new(1),
+            events: Arc::new(EventSink {
+                pending: Mutex::new(VecDeque::new()),
+                kick: EventFd::new(EFD_NONBLOCK).map_err(DeviceError::EventFd)?,
+            }),
+        }))
+    }
+
+    pub fn pager(&self) -> &Arc<Pager> {
+        &self.pager
+    }
+
+    pub fn poison_board(&self) -> Arc<PoisonBoard> {
+        self.pager.poison_board()
+    }
+
+    fn attachment(&self, handle: u64) -> Result<Arc<Attachment>, Status> {
+        self.attachments
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&handle)
+            .cloned()
+            .ok_or(Status::NoEnt)
+    }
+
+    /// Serves one validated request; returns the status and response payload.
+    pub fn execute(&self, req: Request) -> (Status, Vec<u8>) {
+        match self.execute_inner(req) {
+            Ok(payload) => (Status::Ok, payload),
+            Err(s) => (s, Vec::new()),
+        }
+    }
+
+    fn execute_inner(&self, req: Request) -> Result<Vec<u8>, Status> {
+        let key = |k: &proto::KeyBytes| UserKey::new(k).map_err(|_| Status::Inval);
+        match req {
+            Request::Create { name, size, key: k } => {
+                if size == 0 || !size.is_multiple_of(PAGE as u64) {
+                    return Err(Status::Inval);
+                }
+                self.store
+                    .create_pmo(&name, size, &key(&k)?)
+                    .map_err(|e| store_status(&e))?;
+                Ok(Vec::new())
+            }
+            Request::Destroy { name, key: k } => {
+                let attached = self
+                    .attachments
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .values()
+                    .any(|a| a.name == name);
+                if attached {
+                    return Err(Status::Busy);
+                }
+                self.store
+                    .destroy_pmo(&name, &key(&k)?)
+                    .map_err(|e| store_status(&e))?;
+                Ok(Vec::new())
+            }
+            Request::Attach { name, perm, key: k } => self.attach(&name, perm, &key(&k)?),
+            Request::Detach { handle } => {
+                self.detach(handle)?;
+                Ok(Vec::new())
+            }
+            Request::Psync { handle } => self.psync(handle).map(|n| n.to_le_bytes().to_vec()),
+            Request::Stat { handle } => Ok(self.stat(handle)?),
+            Request::SetDesign { design } => {
+                let d = Design::from_name(&design).ok_or(Status::Inval)?;
+                *self.design.lock().unwrap_or_else(|e| e.into_inner()) = Some(d);
+                Ok(Vec::new())
+            }
+            Request::List { index } => self.list(index),
+        }
+    }
+
+    fn attach(&self, name: &str, perm: Perm, key: &UserKey) -> Result<Vec<u8>, Status> {
+        let design = *self.design.lock().unwrap_or_else(|e| e.into_inner());
+        let session = self
+            .store
+            .attach_with(name, perm, key, design)
+            .map_err(|e| store_status(&e))?;
+        let npages = session.pages();
+        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        let source = Arc::new(SessionSource {
+            session: RwLock::new(Some(session)),
+            writable: perm == Perm::Write,
+            handle,
+            events: self.events.clone(),
+        });
+        let (offset, stats) = match self.pager.attach(source.clone(), npages) {
+            Ok(x) => x,
+            Err(e) => {
+                log::warn!("pmo: attach {name:?}: {e}");
+                // Dropping the session runs the store's crash handler: nothing changes.
+                drop(
+                    source
+                        .session
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .take(),
+                );
+                return Err(Status::NoMem);
+            }
+        };
+        let size = npages * PAGE as u64;
+        self.attachments
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                handle,
+                Arc::new(Attachment {
+                    name: name.to_string(),
+                    perm,
+                    source,
+                    offset,
+                    size,
+                    stats,
+                    psyncs: AtomicU64::new(0),
+                    psync_pages: AtomicU64::new(0),
+                    psync_ns: AtomicU64::new(0),
+                }),
+            );
+        let mut out = handle.to_le_bytes().to_vec();
+        out.extend_from_slice(&offset.to_le_bytes());
+        out.extend_from_slice(&size.to_le_bytes());
+        Ok(out)
+    }
+
+    fn detach(&self, handle: u64) -> Result<(), Status> {
+        let a = self
+            .attachments
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&handle)
+            .ok_or(Status::NoEnt)?;
+        // Plaintext leaves the window first; then the session ends (in the background).
+        if let Err(e) = self.pager.detach(a.offset) {
+            log::error!("pmo: detach window slice: {e}");
+        }
+        let session = a
+            .source
+            .session
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(s) = session {
+            // Nonblocking: the store finishes in the background and a later attach waits.
+            drop(s.detach());
+        }
+        Ok(())
+    }
+
+    fn psync(&self, handle: u64) -> Result<u64, Status> {
+        let a = self.attachment(handle)?;
+        if a.perm != Perm::Write {
+            return Err(Status::Perm);
+        }
+        let start = Instant::now();
+        let guard = a.source.session.read().unwrap_or_else(|e| e.into_inner());
+        let session = guard.as_ref().ok_or(Status::NoEnt)?;
+        let n = self
+            .pager
+            .collect_dirty(a.offset, |pages| {
+                session.psync(pages.iter().map(|(p, d)| (*p, &**d)))
+            })
+            .map_err(|_| Status::NoEnt)?
+            .map_err(|e| {
+                log::error!("pmo: psync of {:?}: {e}", a.name);
+                store_status(&e)
+            })?;
+        a.psyncs.fetch_add(1, Ordering::Relaxed);
+        a.psync_pages.fetch_add(n, Ordering::Relaxed);
+        a.psync_ns
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    fn stat(&self, handle: u64) -> Result<Vec<u8>, Status> {
+        let a = self.attachment(handle)?;
+        let s = &a.stats;
+        let mut v = Vec::with_capacity(8 * (9 + HIST_BUCKETS));
+        for x in [
+            a.size,
+            s.faults.load(Ordering::Relaxed),
+            s.fault_ns_total.load(Ordering::Relaxed),
+            s.pages_decrypted.load(Ordering::Relaxed),
+            s.pages_prefetched.load(Ordering::Relaxed),
+            a.psyncs.load(Ordering::Relaxed),
+            a.psync_pages.load(Ordering::Relaxed),
+            a.psync_ns.load(Ordering::Relaxed),
+            s.integrity_failures.load(Ordering::Relaxed),
+        ] {
+            v.extend_from_slice(&x.to_le_bytes());
+        }
+        for b in &s.fault_hist {
+            v.extend_from_slice(&b.load(Ordering::Relaxed).to_le_bytes());
+        }
+        Ok(v)
+    }
+
+    fn list(&self, index: u32) -> Result<Vec<u8>, Status> {
+        let list = self.store.list();
+        let info = list.get(index as usize).ok_or(Status::NoEnt)?;
+        let attached = self
+            .attachments
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|a| a.name == info.name)
+            .map(|a| if a.perm == Perm::Write { 2u32 } else { 1 })
+            .max()
+            .unwrap_or(0);
+        let mut v = proto::name_field(&info.name).to_vec();
+        v.extend_from_slice(&info.size.to_le_bytes());
+        v.extend_from_slice(&attached.to_le_bytes());
+        let more = u32::from((index as usize + 1) < list.len());
+        v.extend_from_slice(&more.to_le_bytes());
+        Ok(v)
+    }
+
+    /// Detaches everything (driver reset, VMM shutdown). Unsynced changes are
+    /// dropped: each PMO stays as of its last psync.
+    pub fn detach_all(&self) {
+        let handles: Vec<u64> = self
+            .attachments
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        for h in handles {
+            let _ = self.detach(h);
+        }
+    }
+}
+
+/// Device configuration space (docs/virtio-pmo.md).
+fn config_bytes(window_size: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(32);
+    v.extend_from_slice(&u32::from(proto::VERSION).to_le_bytes());
+    v.extend_from_slice(&(PAGE as u32).to_le_bytes());
+    v.extend_from_slice(&window_size.to_le_bytes());
+    v.extend_from_slice(&(proto::MAX_NAME_LEN as u32).to_le_bytes());
+    v.extend_from_slice(&(proto::KEY_FIELD as u32).to_le_bytes());
+    v.extend_from_slice(&crate::store::MAX_PMO_SIZE.to_le_bytes());
+    v
+}
+
+/// The virtio device in front of a [`PmoService`].
+pub struct PmoDevice {
+    service: Arc<PmoService>,
+    config: Vec<u8>,
+    worker: Option<QueueWorker>,
+}
+
+impl PmoDevice {
+    pub fn new(cfg: &PmoDeviceConfig) -> Result<Self, DeviceError> {
+        let service = PmoService::new(cfg)?;
+        Ok(PmoDevice {
+            config: config_bytes(service.pager.size()),
+            service,
+            worker: None,
+        })
+    }
+
+    pub fn service(&self) -> &Arc<PmoService> {
+        &self.service
+    }
+}
+
+impl VirtioDevice for PmoDevice {
+    fn device_type(&self) -> u32 {
+        VIRTIO_ID_PMO
+    }
+
+    fn queue_max_sizes(&self) -> &[u16] {
+        &[QUEUE_SIZE, QUEUE_SIZE]
+    }
+
+    fn features(&self) -> u64 {
+        VIRTIO_F_VERSION_1
+    }
+
+    fn ack_features(&mut self, _features: u64) {}
+
+    fn read_config(&self, offset: u64, data: &mut [u8]) {
+        read_config_bytes(&self.config, offset, data);
+    }
+
+    fn write_config(&mut self, offset: u64, _data: &[u8]) {
+        log::warn!("virtio-pmo: guest wrote read-only config at {offset:#x}");
+    }
+
+    fn activate(&mut self, ctx: ActivateContext) -> Result<(), ActivateError> {
+        if ctx.queues.len() != 2 {
+            return Err(ActivateError::QueueCount {
+                expected: 2,
+                got: ctx.queues.len(),
+            });
+        }
+        let mut notifies = Vec::new();
+        let mut queues = Vec::new();
+        for q in ctx.queues {
+            notifies.push((q.index, q.notify));
+            queues.push(q.queue);
+        }
+        if let Ok(kick) = self.service.events.kick.try_clone() {
+            notifies.push((EVENT_KICK, kick));
+        }
+        let mut it = queues.into_iter();
+        let (Some(control), Some(event)) = (it.next(), it.next()) else {
+            return Err(ActivateError::QueueCount {
+                expected: 2,
+                got: 0,
+            });
+        };
+        let handler = Handler {
+            mem: ctx.mem,
+            control,
+            event,
+            interrupt: ctx.interrupt,
+            service: self.service.clone(),
+        };
+        self.worker = Some(QueueWorker::spawn("virtio-pmo", notifies, handler)?);
+        Ok(())
+    }
+
+    fn reset(&mut self) {
+        self.worker = None;
+        self.service.detach_all();
+    }
+
+    fn device_memory(&self) -> Vec<DeviceMemory> {
+        vec![DeviceMemory {
+            host_addr: self.service.pager.host_addr(),
+            len: self.service.pager.size(),
+        }]
+    }
+}
+
+struct Handler {
+    mem: GuestMemoryMmap,
+    control: Queue,
+    event: Queue,
+    interrupt: Arc<dyn VirtioInterrupt>,
+    service: Arc<PmoService>,
+}
+
+impl Handler {
+    /// Reads the request part of a chain and writes the response part.
+    fn serve(&self, chain: virtio_queue::DescriptorChain<&GuestMemoryMmap>) -> u32 {
+        let mem = chain.memory();
+        let (Ok(mut reader), Ok(mut writer)) =
+            (chain.clone().reader(mem), chain.clone().writer(mem))
+        else {
+            log::warn!("virtio-pmo: malformed descriptor chain");
+            return 0;
+        };
+        let n = reader.available_bytes().min(proto::MAX_REQUEST_LEN);
+        let mut req = zeroize::Zeroizing::new(vec![0u8; n]);
+        let (status, payload) = match std::io::Read::read_exact(&mut reader, &mut req) {
+            Err(_) => (Status::Proto, Vec::new()),
+            Ok(()) => match proto::parse(&req) {
+                Ok(r) => {
+                    log::debug!("virtio-pmo: {}", r.op_name());
+                    self.service.execute(r)
+                }
+                Err(s) => (s, Vec::new()),
+            },
+        };
+        let resp = proto::response(status, &payload);
+        let room = writer.available_bytes();
+        let out = &resp[..resp.len().min(room)];
+        match std::io::Write::write_all(&mut writer, out) {
+            Ok(()) => out.len() as u32,
+            Err(_) => 0,
+        }
+    }
+
+    fn process_control(&mut self) {
+        let mem = self.mem.clone();
+        let mut used = false;
+        while let Some(chain) = self.control.pop_descriptor_chain(&mem) {
+            let head = chain.head_index();
+            let len = self.serve(chain);
+            if self.control.add_used(&mem, head, len).is_err() {
+                log::error!("virtio-pmo: control queue broken");
+                return;
+            }
+            used = true;
+        }
+        if used && self.control.needs_notification(&mem).unwrap_or(true) {
+            let _ = self.interrupt.trigger(InterruptKind::Queue(CONTROL_QUEUE));
+        }
+    }
+
+    fn process_events(&mut self) {
+        let mem = self.mem.clone();
+        let mut used = false;
+        loop {
+            let next = self
+                .service
+                .events
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .front()
+                .copied();
+            let Some((handle, page)) = next else { break };
+            let Some(chain) = self.event.pop_descriptor_chain(&mem) else {
+                // No buffer: keep the event until the driver adds one.
+                break;
+            };
+            let head = chain.head_index();
+            let mut ev = [0u8; proto::EVENT_LEN];
+            ev[..4].copy_from_slice(&proto::EVENT_PAGE_POISONED.to_le_bytes());
+            ev[8..16].copy_from_slice(&handle.to_le_bytes());
+            ev[16..24].copy_from_slice(&page.to_le_bytes());
+            let written = match chain.clone().writer(&mem) {
+                Ok(mut w) if w.available_bytes() >= ev.len() => {
+                    std::io::Write::write_all(&mut w, &ev).map_or(0, |_| ev.len() as u32)
+                }
+                _ => 0,
+            };
+            if self.event.add_used(&mem, head, written).is_err() {
+                return;
+            }
+            self.service
+                .events
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front();
+            used = true;
+        }
+        if used && self.event.needs_notification(&mem).unwrap_or(true) {
+            let _ = self.interrupt.trigger(InterruptKind::Queue(EVENT_QUEUE));
+        }
+    }
+}
+
+impl QueueHandler for Handler {
+    fn process_queue(&mut self, index: u16) {
+        match index {
+            CONTROL_QUEUE => self.process_control(),
+            EVENT_QUEUE | EVENT_KICK => self.process_events(),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,554 @@
+//! The pager: the window of plaintext working copies and its fault service.
+//!
+//! The window is anonymous host memory registered with userfaultfd and
+//! mapped into the guest (a KVM memslot behind the device's shared-memory
+//! BAR). A page that is not present has not been decrypted yet. The guest's
+//! first touch is a stage-2 fault that KVM resolves through the host page
+//! tables, which userfaultfd turns into a message for the fault service: it
+//! asks the attachment's [`PageSource`] (a store session) for the verified
+//! plaintext and installs it with `UFFDIO_COPY`. Writable attachments get
+//! their pages write-protected at install time so the first write faults
+//! once more: that is the dirty set `psync` needs.
+//!
+//! A page that fails verification is never installed. The page is made
+//! inaccessible instead and the faulting thread is recorded on the
+//! [`PoisonBoard`]; KVM then returns `EFAULT` to that vCPU, whose thread
+//! injects a machine check into the guest (see the VMM's vCPU loop).
+
+mod uffd;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crate::crypto::PAGE;
+pub use uffd::{Fault, Install, Uffd};
+
+const PAGE_U64: u64 = PAGE as u64;
+
+/// Errors of the pager.
+#[derive(Debug, thiserror::Error)]
+pub enum PagerError {
+    #[error("window of {0} bytes is not a non-zero multiple of the page size")]
+    BadWindowSize(u64),
+    #[error("mmap window: {0}")]
+    Mmap(io::Error),
+    #[error("userfaultfd: {0}")]
+    Uffd(io::Error),
+    #[error("the window has no room for {0} more pages")]
+    WindowFull(u64),
+    #[error("no attachment at window offset {0:#x}")]
+    NoSlice(u64),
+    #[error("spawn fault thread: {0}")]
+    Spawn(io::Error),
+    #[error("eventfd: {0}")]
+    EventFd(io::Error),
+}
+
+/// Why a page could not be filled.
+#[derive(Debug, thiserror::Error)]
+pub enum FillError {
+    /// Verification failed: the page must never reach the guest.
+    #[error("page {0} failed integrity verification")]
+    Integrity(u64),
+    /// Anything else (medium error, ...): also not installed.
+    #[error("page {page}: {why}")]
+    Other { page: u64, why: String },
+}
+
+/// Where an attachment's verified plaintext comes from (a store session).
+pub trait PageSource: Send + Sync {
+    /// Writes the verified plaintext of `page` into `out`; on error `out` holds no plaintext.
+    fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError>;
+    /// Writable attachments track dirty pages.
+    fn writable(&self) -> bool;
+}
+
+/// Fault latency histogram buckets: bucket i counts faults of [2^i, 2^(i+1)) microseconds.
+pub const HIST_BUCKETS: usize = 16;
+
+/// Per-attachment counters, readable while the attachment runs.
+#[derive(Default)]
+pub struct SliceStats {
+    pub faults: AtomicU64,
+    pub fault_ns_total: AtomicU64,
+    pub pages_decrypted: AtomicU64,
+    pub pages_prefetched: AtomicU64,
+    pub integrity_failures: AtomicU64,
+    pub wp_faults: AtomicU64,
+    pub fault_hist: [AtomicU64; HIST_BUCKETS],
+}
+
+impl SliceStats {
+    fn record_fault(&self, ns: u64) {
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        self.fault_ns_total.fetch_add(ns, Ordering::Relaxed);
+        let us = (ns / 1000).max(1);
+        let bucket = (63 - us.leading_zeros() as usize).min(HIST_BUCKETS - 1);
+        self.fault_hist[bucket].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// One attachment's slice of the window.
+struct Slice {
+    start: u64,
+    npages: u64,
+    source: Arc<dyn PageSource>,
+    dirty: Vec<AtomicU64>,
+    poisoned: Mutex<Vec<u64>>,
+    stats: Arc<SliceStats>,
+    /// Set once detach began: faults are no longer served from the source.
+    closing: AtomicBool,
+}
+
+impl Slice {
+    fn mark_dirty(&self, page: u64) {
+        if let Some(w) = self.dirty.get((page / 64) as usize) {
+            w.fetch_or(1 << (page % 64), Ordering::AcqRel);
+        }
+    }
+}
+
+/// Threads whose last fault hit a poisoned page, by thread id: the VMM's vCPU
+/// loop asks here when `KVM_RUN` fails with `EFAULT`.
+#[derive(Default)]
+pub struct PoisonBoard {
+    pending: Mutex<BTreeMap<u32, u64>>,
+}
+
+impl PoisonBoard {
+    fn post(&self, tid: u32, window_offset: u64) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(tid, window_offset);
+    }
+
+    /// Takes the poisoned window offset recorded for thread `tid`, if any.
+    pub fn take(&self, tid: u32) -> Option<u64> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&tid)
+    }
+}
+
+/// RAII anonymous mapping that backs the window.
+struct AnonMap {
+    addr: *mut libc::c_void,
+    len: usize,
+}
+
+// SAFETY: plain memory; the pointer is only used as an address for ioctls,
+// `madvise`/`mprotect`, and raw copies that tolerate concurrent guest writes.
+unsafe impl Send for AnonMap {}
+// SAFETY: see above.
+unsafe impl Sync for AnonMap {}
+
+impl AnonMap {
+    fn new(len: usize) -> io::Result<Self> {
+        // SAFETY: a fresh private anonymous mapping chosen by the kernel.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(AnonMap { addr, len })
+    }
+}
+
+impl Drop for AnonMap {
+    fn drop(&mut self) {
+        // SAFETY: exactly the mapping created in `new`.
+        unsafe { libc::munmap(self.addr, self.len) };
+    }
+}
+
+/// The window and its fault service.
+pub struct Pager {
+    map: AnonMap,
+    uffd: Arc<Uffd>,
+    slices: RwLock<BTreeMap<u64, Arc<Slice>>>,
+    free: Mutex<Vec<(u64, u64)>>,
+    poison: Arc<PoisonBoard>,
+    stop: vmm_sys_util::eventfd::EventFd,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Pager {
+    /// Creates a window of `size` bytes served by `threads` fault threads.
+    pub fn new(size: u64, threads: usize) -> Result<Arc<Self>, PagerError> {
+        if size == 0 || !size.is_multiple_of(PAGE_U64) {
+            return Err(PagerError::BadWindowSize(size));
+        }
+        let len = usize::try_from(size).map_err(|_| PagerError::BadWindowSize(size))?;
+        let map = AnonMap::new(len).map_err(PagerError::Mmap)?;
+        let uffd = Uffd::new().map_err(PagerError::Uffd)?;
+        uffd.register(map.addr as u64, size)
+            .map_err(PagerError::Uffd)?;
+        let pager = Arc::new(Pager {
+            map,
+            uffd: Arc::new(uffd),
+            slices: RwLock::new(BTreeMap::new()),
+            free: Mutex::new(vec![(0, size / PAGE_U64)]),
+            poison: Arc::new(PoisonBoard::default()),
+            stop: vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK)
+                .map_err(PagerError::EventFd)?,
+            threads: Mutex::new(Vec::new()),
+        });
+        for i in 0..threads.max(1) {
+            // Threads hold the pager weakly so dropping the last owner stops them.
+            let weak = Arc::downgrade(&pager);
+            let uffd = pager.uffd.clone();
+            let stop = pager.stop.try_clone().map_err(PagerError::EventFd)?;
+            let t = std::thread::Builder::new()
+                .name(format!("pmo-fault{i}"))
+                .spawn(move || serve(weak, &uffd, &stop))
+                .map_err(PagerError::Spawn)?;
+            pager
+                .threads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(t);
+        }
+        Ok(pager)
+    }
+
+    /// Host address of the window (what the VMM maps into the guest).
+    pub fn host_addr(&self) -> u64 {
+        self.map.addr as u64
+    }
+
+    pub fn size(&self) -> u64 {
+        self.map.len as u64
+    }
+
+    pub fn poison_board(&self) -> Arc<PoisonBoard> {
+        self.poison.clone()
+    }
+
+    /// Stops the fault threads (they also stop when the pager is dropped).
+    pub fn shutdown(&self) {
+        let _ = self.stop.write(1);
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        let me = std::thread::current().id();
+        for t in threads {
+            // The last owner may be a fault thread itself; it must not join itself.
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+    }
+
+    /// Gives an attachment of `npages` a slice of the window; returns its byte offset.
+    pub fn attach(
+        &self,
+        source: Arc<dyn PageSource>,
+        npages: u64,
+    ) -> Result<(u64, Arc<SliceStats>), PagerError> {
+        let start = {
+            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+            let i = free
+                .iter()
+                .position(|(_, n)| *n >= npages)
+                .ok_or(PagerError::WindowFull(npages))?;
+            let (s, n) = free[i];
+            if n == npages {
+                free.remove(i);
+            } else {
+                free[i] = (s + npages, n - npages);
+            }
+            s
+        };
+        // A guest may have touched this free range (it got zero pages): clear it
+        // so every page of the new attachment faults and is filled from its source.
+        // SAFETY: the range lies inside our window mapping.
+        unsafe {
+            libc::madvise(
+                (self.host_addr() + start * PAGE_U64) as *mut _,
+                (npages * PAGE_U64) as usize,
+                libc::MADV_DONTNEED,
+            )
+        };
+        let stats = Arc::new(SliceStats::default());
+        let slice = Arc::new(Slice {
+            start,
+            npages,
+            source,
+            dirty: (0..npages.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            poisoned: Mutex::new(Vec::new()),
+            stats: stats.clone(),
+            closing: AtomicBool::new(false),
+        });
+        self.slices
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(start, slice);
+        Ok((start * PAGE_U64, stats))
+    }
+
+    fn slice_at(&self, offset: u64) -> Result<Arc<Slice>, PagerError> {
+        self.slices
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(offset / PAGE_U64))
+            .cloned()
+            .ok_or(PagerError::NoSlice(offset))
+    }
+
+    fn page_addr(&self, slice: &Slice, page: u64) -> u64 {
+        self.host_addr() + (slice.start + page) * PAGE_U64
+    }
+
+    /// Takes the dirty set of the attachment at `offset`, write-protects those
+    /// pages again, and hands their current contents to `sink` in page order.
+    /// Returns the number of pages handed over.
+    pub fn collect_dirty<E>(
+        &self,
+        offset: u64,
+        sink: impl FnOnce(&[(u64, Box<[u8; PAGE]>)]) -> Result<(), E>,
+    ) -> Result<Result<u64, E>, PagerError> {
+        let slice = self.slice_at(offset)?;
+        let mut pages = Vec::new();
+        for (w, word) in slice.dirty.iter().enumerate() {
+            let mut bits = word.swap(0, Ordering::AcqRel);
+            while bits != 0 {
+                let b = bits.trailing_zeros() as u64;
+                bits &= bits - 1;
+                pages.push(w as u64 * 64 + b);
+            }
+        }
+        let mut out = Vec::with_capacity(pages.len());
+        for page in pages {
+            let addr = self.page_addr(&slice, page);
+            // Protect first so a concurrent write lands in the next psync's dirty set.
+            if let Err(e) = self.uffd.write_protect(addr, PAGE_U64, true) {
+                log::warn!("pmo: re-protect page {page}: {e}");
+                slice.mark_dirty(page);
+            }
+            let mut buf = Box::new([0u8; PAGE]);
+            // SAFETY: `addr` is a present page of our window mapping (it was
+            // dirtied, so installed); a raw byte copy tolerates concurrent writes.
+            unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), PAGE) };
+            out.push((page, buf));
+        }
+        let n = out.len() as u64;
+        let r = sink(&out);
+        // The plaintext copies leave memory now.
+        for (_, b) in out.iter_mut() {
+            zeroize::Zeroize::zeroize(&mut b[..]);
+        }
+        if r.is_err() {
+            // Keep them dirty so a retry writes them.
+            for (p, _) in &out {
+                slice.mark_dirty(*p);
+            }
+        }
+        Ok(r.map(|()| n))
+    }
+
+    /// Ends the attachment at `offset`: its plaintext leaves the window and the
+    /// slice is reusable. Later guest accesses to it fault and are refused.
+    pub fn detach(&self, offset: u64) -> Result<(), PagerError> {
+        let slice = self.slice_at(offset)?;
+        slice.closing.store(true, Ordering::Release);
+        let addr = self.page_addr(&slice, 0);
+        let len = slice.npages * PAGE_U64;
+        // SAFETY: the range is inside our window mapping; dropping anonymous
+        // pages zero-fills them on the next (uffd-reported) fault.
+        unsafe {
+            libc::madvise(addr as *mut _, len as usize, libc::MADV_DONTNEED);
+            // Undo any poisoning so the slice can be reused.
+            libc::mprotect(
+                addr as *mut _,
+                len as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+            );
+        }
+        self.slices
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&slice.start);
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        free.push((slice.start, slice.npages));
+        free.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(free.len());
+        for (s, n) in free.drain(..) {
+            match merged.last_mut() {
+                Some((ls, ln)) if *ls + *ln == s => *ln += n,
+                _ => merged.push((s, n)),
+            }
+        }
+        *free = merged;
+        Ok(())
+    }
+
+    /// Serves one fault.
+    pub fn handle(&self, f: Fault, buf: &mut [u8; PAGE]) {
+        let start = Instant::now();
+        let base = self.host_addr();
+        if f.address < base || f.address >= base + self.size() {
+            return;
+        }
+        let wpage = (f.address - base) / PAGE_U64;
+        let slice = {
+            let slices = self.slices.read().unwrap_or_else(|e| e.into_inner());
+            slices
+                .range(..=wpage)
+                .next_back()
+                .filter(|(s, sl)| wpage < *s + sl.npages)
+                .map(|(_, sl)| sl.clone())
+        };
+        let Some(slice) = slice.filter(|s| !s.closing.load(Ordering::Acquire)) else {
+            // Outside any attachment: the guest touched a free part of the window.
+            // Give it zeros (never anybody's plaintext) so it cannot hang a vCPU.
+            buf.fill(0);
+            self.install(f.address, buf, false);
+            return;
+        };
+        let page = wpage - slice.start;
+        if f.wp {
+            slice.mark_dirty(page);
+            slice.stats.wp_faults.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = self.uffd.write_protect(f.address, PAGE_U64, false) {
+                log::error!("pmo: unprotect page {page}: {e}");
+            }
+            return;
+        }
+        match slice.source.fill(page, buf) {
+            Ok(()) => {
+                let writable = slice.source.writable();
+                // A write fault dirties the page right away; otherwise protect it
+                // so the first write is seen.
+                if writable && f.write {
+                    slice.mark_dirty(page);
+                }
+                let wp = writable && !f.write;
+                // Count before installing: the install wakes the faulting thread.
+                // The histogram covers lookup, decryption and verification.
+                slice.stats.pages_decrypted.fetch_add(1, Ordering::Relaxed);
+                slice.stats.record_fault(start.elapsed().as_nanos() as u64);
+                if !self.install(f.address, buf, wp) {
+                    // A racing fault or prefetch installed it first.
+                    slice.stats.pages_decrypted.fetch_sub(1, Ordering::Relaxed);
+                }
+                buf.fill(0);
+            }
+            Err(e) => {
+                slice
+                    .stats
+                    .integrity_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                log::warn!(
+                    "pmo: refusing page {page} of window offset {:#x}: {e}",
+                    slice.start * PAGE_U64
+                );
+                slice
+                    .poisoned
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(page);
+                // SAFETY: one page of our window; making it inaccessible makes the
+                // faulting access fail (KVM returns EFAULT) instead of retrying.
+                unsafe { libc::mprotect(f.address as *mut _, PAGE, libc::PROT_NONE) };
+                self.poison.post(f.tid, f.address - base);
+                if let Err(e) = self.uffd.wake(f.address, PAGE_U64) {
+                    log::error!("pmo: wake after poison: {e}");
+                }
+            }
+        }
+    }
+
+    /// Installs a page, retrying while the kernel asks us to; true if we put it there.
+    fn install(&self, addr: u64, page: &[u8; PAGE], wp: bool) -> bool {
+        loop {
+            match self.uffd.copy(addr, page, wp) {
+                Ok(Install::Done) => return true,
+                Ok(Install::AlreadyThere) => return false,
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => continue,
+                Err(e) => {
+                    log::error!("pmo: install page at {addr:#x}: {e}");
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Pages of the attachment at `offset` that failed verification so far.
+    pub fn poisoned_pages(&self, offset: u64) -> Result<Vec<u64>, PagerError> {
+        Ok(self
+            .slice_at(offset)?
+            .poisoned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone())
+    }
+}
+
+/// Fault thread body: poll the uffd and the stop eventfd, serve faults while the pager lives.
+fn serve(pager: std::sync::Weak<Pager>, uffd: &Uffd, stop: &vmm_sys_util::eventfd::EventFd) {
+    use std::os::fd::AsRawFd;
+    let mut fds = [
+        libc::pollfd {
+            fd: uffd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: stop.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let mut buf = Box::new([0u8; PAGE]);
+    loop {
+        // SAFETY: polling two fds we own, array length passed correctly.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            log::error!("pmo: fault thread poll failed: {e}");
+            return;
+        }
+        if fds[1].revents != 0 {
+            return;
+        }
+        loop {
+            match uffd.read_fault() {
+                Ok(Some(f)) => match pager.upgrade() {
+                    Some(p) => p.handle(f, &mut buf),
+                    None => return,
+                },
+                Ok(None) => break,
+                Err(e) => {
+                    log::error!("pmo: read uffd: {e}");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Pager {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests;

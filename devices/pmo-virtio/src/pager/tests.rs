@@ -1,0 +1,208 @@
+//! Pager tests: host threads touch the window exactly as a vCPU would, and
+//! the real userfaultfd delivers the faults.
+
+use super::*;
+
+/// Page `p` holds bytes `p as u8` with its index in the first 8 bytes.
+struct Pattern {
+    writable: bool,
+    bad_page: Option<u64>,
+}
+
+impl PageSource for Pattern {
+    fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError> {
+        if Some(page) == self.bad_page {
+            return Err(FillError::Integrity(page));
+        }
+        out.fill(page as u8);
+        out[..8].copy_from_slice(&page.to_le_bytes());
+        Ok(())
+    }
+    fn writable(&self) -> bool {
+        self.writable
+    }
+}
+
+fn read_u64(addr: u64) -> u64 {
+    // SAFETY: test reads of window pages that are attached (and thus served).
+    unsafe { std::ptr::read_volatile(addr as *const u64) }
+}
+
+#[test]
+fn first_touch_installs_verified_plaintext() {
+    let pager = Pager::new(64 * PAGE_U64, 2).unwrap();
+    let (off, stats) = pager
+        .attach(
+            Arc::new(Pattern {
+                writable: false,
+                bad_page: None,
+            }),
+            16,
+        )
+        .unwrap();
+    let base = pager.host_addr() + off;
+    // Two host threads touch interleaved pages, like two vCPUs.
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            s.spawn(move || {
+                for p in (t..16).step_by(2) {
+                    assert_eq!(read_u64(base + p * PAGE_U64), p);
+                }
+            });
+        }
+    });
+    assert_eq!(stats.faults.load(Ordering::Relaxed), 16);
+    assert_eq!(stats.pages_decrypted.load(Ordering::Relaxed), 16);
+    // Touching again costs nothing.
+    assert_eq!(read_u64(base + 5 * PAGE_U64), 5);
+    assert_eq!(stats.faults.load(Ordering::Relaxed), 16);
+    let hist: u64 = stats
+        .fault_hist
+        .iter()
+        .map(|b| b.load(Ordering::Relaxed))
+        .sum();
+    assert_eq!(hist, 16);
+}
+
+#[test]
+fn writes_are_tracked_per_psync() {
+    let pager = Pager::new(32 * PAGE_U64, 1).unwrap();
+    let (off, _) = pager
+        .attach(
+            Arc::new(Pattern {
+                writable: true,
+                bad_page: None,
+            }),
+            8,
+        )
+        .unwrap();
+    let base = pager.host_addr() + off;
+    // Read page 1 (installed write-protected), then write pages 1 and 6 (6 faults as a write).
+    assert_eq!(read_u64(base + PAGE_U64), 1);
+    // SAFETY: writes into attached, writable window pages.
+    unsafe {
+        std::ptr::write_volatile((base + PAGE_U64 + 8) as *mut u64, 0xdead);
+        std::ptr::write_volatile((base + 6 * PAGE_U64 + 8) as *mut u64, 0xbeef);
+    }
+    assert_eq!(read_u64(base + 2 * PAGE_U64), 2);
+    let got = pager
+        .collect_dirty::<()>(off, |pages| {
+            let idx: Vec<u64> = pages.iter().map(|(p, _)| *p).collect();
+            assert_eq!(idx, vec![1, 6]);
+            assert_eq!(
+                u64::from_le_bytes(pages[0].1[8..16].try_into().unwrap()),
+                0xdead
+            );
+            assert_eq!(
+                u64::from_le_bytes(pages[1].1[8..16].try_into().unwrap()),
+                0xbeef
+            );
+            Ok(())
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, 2);
+    // Nothing new was written: the next psync has nothing to do.
+    assert_eq!(
+        pager.collect_dirty::<()>(off, |_| Ok(())).unwrap().unwrap(),
+        0
+    );
+    // Pages are protected again after psync: a new write is seen.
+    // SAFETY: as above.
+    unsafe { std::ptr::write_volatile((base + 6 * PAGE_U64) as *mut u64, 1) };
+    let again = pager
+        .collect_dirty::<()>(off, |pages| {
+            assert_eq!(pages.len(), 1);
+            assert_eq!(pages[0].0, 6);
+            Ok(())
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(again, 1);
+    // A failed psync keeps the pages dirty.
+    // SAFETY: as above.
+    unsafe { std::ptr::write_volatile((base + 3 * PAGE_U64) as *mut u64, 1) };
+    assert!(pager
+        .collect_dirty(off, |_| Err("medium"))
+        .unwrap()
+        .is_err());
+    assert_eq!(
+        pager.collect_dirty::<()>(off, |_| Ok(())).unwrap().unwrap(),
+        1
+    );
+}
+
+#[test]
+fn detach_drops_plaintext_and_reuses_the_slice() {
+    let pager = Pager::new(8 * PAGE_U64, 1).unwrap();
+    let src = Arc::new(Pattern {
+        writable: false,
+        bad_page: None,
+    });
+    let (a, _) = pager.attach(src.clone(), 8).unwrap();
+    assert!(matches!(
+        pager.attach(src.clone(), 1),
+        Err(PagerError::WindowFull(1))
+    ));
+    let base = pager.host_addr() + a;
+    assert_eq!(read_u64(base + 7 * PAGE_U64), 7);
+    pager.detach(a).unwrap();
+    // The page is gone; touching the free window yields zeros, never old plaintext.
+    assert_eq!(read_u64(base + 7 * PAGE_U64), 0);
+    // The zero page from that free-window touch must not stand in for plaintext.
+    let (b, stats) = pager.attach(src, 8).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(read_u64(base + 7 * PAGE_U64), 7);
+    assert_eq!(stats.faults.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn failed_pages_are_never_installed() {
+    let pager = Pager::new(8 * PAGE_U64, 1).unwrap();
+    let (off, stats) = pager
+        .attach(
+            Arc::new(Pattern {
+                writable: true,
+                bad_page: Some(3),
+            }),
+            4,
+        )
+        .unwrap();
+    // Serve the fault directly (a real thread touching it would get SIGSEGV
+    // here; in a VM the vCPU gets EFAULT and the guest a machine check).
+    let addr = pager.host_addr() + off + 3 * PAGE_U64;
+    let mut buf = Box::new([0xaau8; PAGE]);
+    pager.handle(
+        Fault {
+            address: addr,
+            write: false,
+            wp: false,
+            tid: 4242,
+        },
+        &mut buf,
+    );
+    assert_eq!(stats.integrity_failures.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.pages_decrypted.load(Ordering::Relaxed), 0);
+    assert_eq!(pager.poisoned_pages(off).unwrap(), vec![3]);
+    assert_eq!(pager.poison_board().take(4242), Some(off + 3 * PAGE_U64));
+    assert_eq!(pager.poison_board().take(4242), None);
+    // The page is not resident: nothing was installed.
+    let mut vec = [0u8; 1];
+    // SAFETY: mincore on one page of our own mapping.
+    let r = unsafe { libc::mincore(addr as *mut _, PAGE, vec.as_mut_ptr()) };
+    assert_eq!(r, 0);
+    assert_eq!(vec[0] & 1, 0);
+    // Other pages are served normally.
+    assert_eq!(read_u64(pager.host_addr() + off + 2 * PAGE_U64), 2);
+    // Detach restores the slice for reuse.
+    pager.detach(off).unwrap();
+    assert_eq!(read_u64(addr), 0);
+}
+
+#[test]
+fn dropping_the_pager_stops_its_threads() {
+    let pager = Pager::new(4 * PAGE_U64, 3).unwrap();
+    let weak = Arc::downgrade(&pager);
+    drop(pager);
+    assert!(weak.upgrade().is_none());
+}
