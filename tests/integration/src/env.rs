@@ -119,6 +119,7 @@ impl Env {
             })
             .take(60)
             .collect();
+        prune(root, KEEP_RUNS);
         let dir = root.join(format!("{safe}-{secs}-{}-{n}", std::process::id()));
         fs::create_dir_all(&dir)
             .map_err(|e| RunnerError::io(format!("create {}", dir.display()), e))?;
@@ -148,6 +149,35 @@ impl Env {
         f.lock()
             .map_err(|e| RunnerError::io(format!("lock {}", path.display()), e))?;
         Ok(f)
+    }
+}
+
+/// Run directories kept under `target/itest-logs` and `target/itest-work` (each pmem image is
+/// tens of MB, so they must not pile up forever).
+const KEEP_RUNS: usize = 30;
+
+/// Deletes all but the `keep` newest directories under `root` (best effort).
+fn prune(root: &Path, keep: usize) {
+    let Ok(entries) = fs::read_dir(root) else {
+        return;
+    };
+    let mut dirs: Vec<(SystemTime, PathBuf)> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| {
+            let t = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(UNIX_EPOCH);
+            (t, e.path())
+        })
+        .collect();
+    if dirs.len() <= keep {
+        return;
+    }
+    dirs.sort();
+    for (_, d) in &dirs[..dirs.len() - keep] {
+        let _ = fs::remove_dir_all(d);
     }
 }
 
