@@ -180,6 +180,36 @@ fn scan(
     Ok(entries)
 }
 
+/// Copies entries held in memory to `ext_off + dest` and persists them (the psync fast path:
+/// the same bytes were just written to the TSC, so there is no need to read them back).
+pub fn apply_entries(
+    m: &dyn Medium,
+    ext_off: u64,
+    entries: &[(u64, &[u8])],
+) -> Result<(), JournalError> {
+    let mut ranges: Vec<(u64, u64)> = Vec::with_capacity(entries.len());
+    for (dest, data) in entries {
+        m.write(ext_off + dest, data)?;
+        ranges.push((ext_off + dest, data.len() as u64));
+    }
+    persist_merged(m, ranges)
+}
+
+fn persist_merged(m: &dyn Medium, mut ranges: Vec<(u64, u64)>) -> Result<(), JournalError> {
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (o, l) in ranges {
+        match merged.last_mut() {
+            Some((mo, ml)) if *mo + *ml >= o => *ml = (*ml).max(o + l - *mo),
+            _ => merged.push((o, l)),
+        }
+    }
+    for (o, l) in merged {
+        m.persist(o, l)?;
+    }
+    Ok(())
+}
+
 /// Verifies a committed journal, then copies every entry to `ext_off + dest` and persists it.
 #[allow(clippy::too_many_arguments)]
 pub fn apply(
@@ -205,18 +235,7 @@ pub fn apply(
         }
         ranges.push((ext_off + e.dest, e.len));
     }
-    ranges.sort_unstable();
-    let mut merged: Vec<(u64, u64)> = Vec::new();
-    for (o, l) in ranges {
-        match merged.last_mut() {
-            Some((mo, ml)) if *mo + *ml >= o => *ml = (*ml).max(o + l - *mo),
-            _ => merged.push((o, l)),
-        }
-    }
-    for (o, l) in merged {
-        m.persist(o, l)?;
-    }
-    Ok(())
+    persist_merged(m, ranges)
 }
 
 /// Checks a committed journal without applying it (fsck).

@@ -202,7 +202,8 @@ pub(crate) struct RecCell {
 pub(crate) struct Gate {
     pub readers: u32,
     pub writer: bool,
-    pub busy: bool,
+    /// Detaches (or a destroy) still running; concurrent reader detaches each count.
+    pub busy: u32,
     pub gone: bool,
 }
 
@@ -516,7 +517,7 @@ impl Store {
     /// Waits until no background detach runs on `rt`, then returns the gate.
     fn wait_idle(rt: &PmoRt) -> MutexGuard<'_, Gate> {
         let mut g = rt.lock_gate();
-        while g.busy {
+        while g.busy > 0 {
             g = rt.cv.wait(g).unwrap_or_else(|e| e.into_inner());
         }
         g
@@ -533,11 +534,11 @@ impl Store {
         if gate.writer || gate.readers > 0 {
             return Err(StoreError::Busy(name.to_string()));
         }
-        gate.busy = true;
+        gate.busy += 1;
         drop(gate);
         let r = self.destroy_locked(&rt);
         let mut gate = rt.lock_gate();
-        gate.busy = false;
+        gate.busy -= 1;
         if r.is_ok() {
             gate.gone = true;
         }

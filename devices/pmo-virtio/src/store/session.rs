@@ -226,7 +226,7 @@ impl Session {
                 inline: None,
             };
         };
-        core.rt.lock_gate().busy = true;
+        core.rt.lock_gate().busy += 1;
         let worker = core.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("pmo-detach-{}", core.rt.slot))
@@ -260,7 +260,7 @@ impl Drop for Session {
     fn drop(&mut self) {
         if let Some(core) = self.core.take() {
             // Crash handler: nothing plaintext is on the medium; scrub the TSC and detach.
-            core.rt.lock_gate().busy = true;
+            core.rt.lock_gate().busy += 1;
             if let Err(e) = core.shadow_scrub() {
                 log::warn!("crash handler for {:?}: {e}", core.rt.name);
             }
@@ -391,16 +391,14 @@ impl Core {
         self.store.write_rec(&self.rt, &mut cell)?;
         {
             let _io = self.io.write().unwrap_or_else(|e| e.into_inner());
-            journal::apply(
-                m,
-                tsc,
-                geo.tsc_len,
-                len,
-                &sum,
-                epoch,
-                self.rt.ext_off,
-                geo.tsc_rel(),
-            )?;
+            let mut entries: Vec<(u64, &[u8])> = Vec::with_capacity(cts.len() + up.groups.len());
+            for (p, ct) in &cts {
+                entries.push((p * PAGE as u64, &ct[..]));
+            }
+            for ((k, g), bytes) in &up.groups {
+                entries.push((geo.meta_rel() + self.rt.layout.group_range(*k, *g).0, bytes));
+            }
+            journal::apply_entries(m, self.rt.ext_off, &entries)?;
             self.tree.apply(&up);
         }
         cell.rec.state = if back_to == PmoState::Read {
@@ -480,7 +478,7 @@ impl Core {
             Perm::Write => g.writer = false,
             Perm::Read => g.readers = g.readers.saturating_sub(1),
         }
-        g.busy = false;
+        g.busy = g.busy.saturating_sub(1);
         self.rt.cv.notify_all();
     }
 
