@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Builds the guest side of PMOs into <repo>/target/guest/:
+#
+#   pmo.ko           the virtio-pmo driver, against the guest kernel's headers
+#                    (KDIR from target/guest/kernel-build-dir, written by guest/build.sh)
+#   libpmo.a pmo.h   the C library for guest programs (musl, static)
+#   pmo              the CLI (static)
+#   pmo-bin/         every static guest program to put into the image's /bin
+#                    (pmo, pmo_list, pmo_probe)
+#
+# Cached: nothing is rebuilt when the inputs (sources, this script, KDIR, compilers) are
+# unchanged. Builds happen in target/guest/pmo-build and target/guest/libpmo-build, so the
+# source tree stays clean. guest/build.sh calls this; it can also run on its own.
+set -euo pipefail
+
+guest=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$guest/.." && pwd)
+out="$repo/target/guest"
+mkdir -p "$out"
+
+log() { echo "guest/build-pmo.sh: $*" >&2; }
+die() {
+    log "error: $*"
+    exit 1
+}
+
+for tool in make gcc musl-gcc ar sha256sum readelf; do
+    command -v "$tool" >/dev/null || die "$tool not found; run scripts/setup.sh as root"
+done
+
+if [[ -s "$out/kernel-build-dir" ]]; then
+    kdir=$(cat "$out/kernel-build-dir")
+else
+    kdir="/usr/src/linux-headers-$("$guest/kernel-release.sh")"
+fi
+[[ -f "$kdir/Makefile" ]] || die "kernel headers $kdir missing; run guest/build.sh or scripts/setup.sh"
+
+progs=(pmo pmo_list pmo_probe)
+outputs=("$out/pmo.ko" "$out/libpmo.a" "$out/pmo.h" "$out/pmo")
+for p in "${progs[@]}"; do outputs+=("$out/pmo-bin/$p"); done
+
+stamp="$out/pmo-build.inputs"
+sum=$( (
+    echo "$kdir"
+    cat "$kdir/include/config/kernel.release" 2>/dev/null || true
+    gcc --version | head -1
+    musl-gcc --version | head -1
+    cd "$guest" && find build-pmo.sh driver libpmo tools -type f ! -name '.gitignore' -print0 |
+        LC_ALL=C sort -z | xargs -0 sha256sum
+) | sha256sum | cut -d' ' -f1)
+fresh=1
+for f in "${outputs[@]}"; do [[ -f "$f" ]] || fresh=0; done
+if [[ $fresh -eq 1 && -f "$stamp" && $(cat "$stamp") == "$sum" ]]; then
+    log "up to date"
+    exit 0
+fi
+rm -f "$stamp"
+
+# 1. pmo.ko, from a copy so kbuild's files stay out of the tree.
+log "building pmo.ko against $kdir"
+build="$out/pmo-build"
+rm -rf "$build"
+mkdir -p "$build/driver" "$build/libpmo"
+cp "$guest/driver/pmo.c" "$guest/driver/Kbuild" "$build/driver/"
+cp "$guest/libpmo/pmo_ioctl.h" "$build/libpmo/"
+make -s -C "$kdir" M="$build/driver" modules >"$build/kbuild.log" 2>&1 || {
+    cat "$build/kbuild.log" >&2
+    die "pmo.ko build failed"
+}
+# kbuild notes (e.g. BTF skipped without vmlinux) are fine; warnings are not.
+if grep -E 'warning:|error:' "$build/kbuild.log" >&2; then
+    die "pmo.ko built with warnings"
+fi
+cp "$build/driver/pmo.ko" "$out/pmo.ko.tmp" && mv "$out/pmo.ko.tmp" "$out/pmo.ko"
+
+# 2. libpmo.a and pmo.h.
+log "building libpmo.a"
+libbuild="$out/libpmo-build"
+make -s -C "$guest/libpmo" O="$libbuild" CC=musl-gcc all >&2 || die "libpmo build failed"
+cp "$libbuild/libpmo.a" "$out/libpmo.a"
+cp "$guest/libpmo/pmo.h" "$out/pmo.h"
+
+# 3. Static guest programs.
+log "building ${progs[*]}"
+mkdir -p "$out/pmo-bin"
+for p in "${progs[@]}"; do
+    musl-gcc -static -O2 -std=c11 -Wall -Wextra -Werror -I"$guest/libpmo" \
+        "$guest/tools/$p.c" "$libbuild/libpmo.a" -pthread -o "$out/pmo-bin/$p.tmp" ||
+        die "$p build failed"
+    if readelf -l "$out/pmo-bin/$p.tmp" | grep -q INTERP; then
+        die "$p is dynamically linked"
+    fi
+    mv "$out/pmo-bin/$p.tmp" "$out/pmo-bin/$p"
+done
+cp "$out/pmo-bin/pmo" "$out/pmo"
+
+echo "$sum" >"$stamp"
+log "ok: pmo.ko ($(uname -m) guest $(basename "$kdir")), libpmo.a, pmo.h, ${progs[*]}"

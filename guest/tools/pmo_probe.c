@@ -1,0 +1,281 @@
+/*
+ * pmo_probe: small guest checks of the PMO access rules, for the VM scenarios.
+ *
+ *   pmo_probe wrongkey NAME BADKEY  attach with a wrong key: EACCES, nothing mapped
+ *   pmo_probe rowrite NAME          read-only attachment: mprotect(PROT_WRITE)
+ *                                   fails and a write kills a child with SIGSEGV
+ *   pmo_probe readers NAME          two readers at once (two in this process and
+ *                                   one in a child), same contents
+ *   pmo_probe excl NAME             a writer excludes readers and writers (EBUSY),
+ *                                   readers exclude a writer
+ *   pmo_probe destroybusy NAME      pdestroy of an attached PMO: EBUSY
+ *   pmo_probe wb NAME               memset over an attached, faulted PMO vs. a
+ *                                   private anonymous buffer (prints the ratio)
+ * Key from $PMO_KEY.  Prints one line "ok ..." or "fail ..."; exit 0 on ok.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pmo.h"
+
+static const char *key;
+
+#define FAIL(...) do { printf("fail " __VA_ARGS__); printf("\n"); return 1; } while (0)
+
+/* Lines of /proc/self/maps that map /dev/pmo. */
+static int pmo_mappings(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int n = 0;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, "/dev/pmo"))
+			n++;
+	fclose(f);
+	return n;
+}
+
+static int wrongkey(const char *name, const char *bad)
+{
+	void *p;
+	int before = pmo_mappings();
+
+	errno = 0;
+	p = attach(name, PMO_READ, bad);
+	if (p)
+		FAIL("attach with a wrong key succeeded at %p", p);
+	if (errno != EACCES)
+		FAIL("attach with a wrong key: %s (want EACCES)", strerror(errno));
+	if (pmo_mappings() != before)
+		FAIL("a /dev/pmo mapping appeared after the failed attach");
+	errno = 0;
+	if (attach(name, PMO_WRITE, bad) || errno != EACCES)
+		FAIL("attach(w) with a wrong key: %s (want EACCES)", strerror(errno));
+	if (pdestroy(name, bad) == 0 || errno != EACCES)
+		FAIL("pdestroy with a wrong key: %s (want EACCES)", strerror(errno));
+	printf("ok EACCES for attach(r), attach(w) and pdestroy; nothing mapped\n");
+	return 0;
+}
+
+static int rowrite(const char *name)
+{
+	volatile unsigned char *p;
+	pid_t pid;
+	int st, mprot_err;
+
+	p = attach(name, PMO_READ, key);
+	if (!p)
+		FAIL("attach(r): %s", strerror(errno));
+	if (mprotect((void *)p, 4096, PROT_READ | PROT_WRITE) == 0)
+		FAIL("mprotect(PROT_WRITE) of a read-only attachment succeeded");
+	mprot_err = errno;
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		FAIL("fork: %s", strerror(errno));
+	if (pid == 0) {
+		/* The child has no mapping (not inherited): attach on its own. */
+		volatile unsigned char *q = attach(name, PMO_READ, key);
+
+		if (!q)
+			_exit(3);
+		(void)q[0];
+		q[0] = 0x5a;	/* must not get past this */
+		_exit(4);
+	}
+	if (waitpid(pid, &st, 0) < 0)
+		FAIL("waitpid: %s", strerror(errno));
+	detach((void *)p);
+	if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGSEGV)
+		FAIL("child %s %d (want SIGSEGV)", WIFSIGNALED(st) ? "got signal" : "exited with",
+		     WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	printf("ok mprotect(PROT_WRITE) refused (%s); a write killed the child with SIGSEGV\n",
+	       strerror(mprot_err));
+	return 0;
+}
+
+static int readers(const char *name)
+{
+	unsigned char *a, *b, first[256];
+	pid_t pid;
+	int st;
+	size_t n;
+
+	a = attach(name, PMO_READ, key);
+	if (!a)
+		FAIL("first attach(r): %s", strerror(errno));
+	b = attach(name, PMO_READ, key);
+	if (!b)
+		FAIL("second attach(r) while the first is held: %s", strerror(errno));
+	n = pmo_size(a);
+	if (a == b || pmo_size(b) != n || memcmp(a, b, n) != 0)
+		FAIL("two readers see different contents");
+	memcpy(first, a, sizeof(first));
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		/* Attachments are not inherited: attach again in the child. */
+		unsigned char *c = attach(name, PMO_READ, key);
+
+		if (!c)
+			_exit(10 + (errno & 0x7f));
+		_exit(memcmp(c, first, sizeof(first)) ? 2 : 0);
+	}
+	if (pid < 0 || waitpid(pid, &st, 0) < 0)
+		FAIL("fork/wait: %s", strerror(errno));
+	if (detach(a) < 0 || detach(b) < 0)
+		FAIL("detach: %s", strerror(errno));
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		FAIL("a third reader in another process failed (status %d%s)",
+		     WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+		     WIFEXITED(st) && WEXITSTATUS(st) >= 10 ? ": errno + 10" : "");
+	printf("ok three readers at once (two in one process, one in another)\n");
+	return 0;
+}
+
+static int expect_busy(const char *name, int perm, const char *what)
+{
+	void *p;
+
+	errno = 0;
+	p = attach(name, perm, key);
+	if (p) {
+		detach(p);
+		printf("fail %s succeeded (want EBUSY)\n", what);
+		return 1;
+	}
+	if (errno != EBUSY) {
+		printf("fail %s: %s (want EBUSY)\n", what, strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
+static int excl(const char *name)
+{
+	void *w, *r;
+
+	w = attach(name, PMO_WRITE, key);
+	if (!w)
+		FAIL("attach(w): %s", strerror(errno));
+	if (expect_busy(name, PMO_READ, "attach(r) while a writer holds it") ||
+	    expect_busy(name, PMO_WRITE, "attach(w) while a writer holds it"))
+		return 1;
+	if (detach(w) < 0)
+		FAIL("detach(w): %s", strerror(errno));
+	r = attach(name, PMO_READ, key);
+	if (!r)
+		FAIL("attach(r) after the writer left: %s", strerror(errno));
+	if (expect_busy(name, PMO_WRITE, "attach(w) while a reader holds it"))
+		return 1;
+	if (detach(r) < 0)
+		FAIL("detach(r): %s", strerror(errno));
+	w = attach(name, PMO_WRITE, key);
+	if (!w)
+		FAIL("attach(w) after all left: %s", strerror(errno));
+	detach(w);
+	printf("ok writer excludes r and w, reader excludes w (EBUSY); free again after detach\n");
+	return 0;
+}
+
+static int destroybusy(const char *name)
+{
+	void *p = attach(name, PMO_READ, key);
+	int rc, e;
+
+	if (!p)
+		FAIL("attach(r): %s", strerror(errno));
+	errno = 0;
+	rc = pdestroy(name, key);
+	e = errno;
+	if (detach(p) < 0)
+		FAIL("detach: %s", strerror(errno));
+	if (rc == 0)
+		FAIL("pdestroy of an attached PMO succeeded");
+	if (e != EBUSY)
+		FAIL("pdestroy of an attached PMO: %s (want EBUSY)", strerror(e));
+	printf("ok pdestroy of an attached PMO: EBUSY\n");
+	return 0;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static double memset_time(unsigned char *p, size_t n)
+{
+	double t0, best = 1e9;
+	int i;
+
+	for (i = 0; i < 3; i++) {
+		t0 = now();
+		memset(p, i + 1, n);
+		__asm__ __volatile__("" : : "r"(p) : "memory");
+		if (now() - t0 < best)
+			best = now() - t0;
+	}
+	return best;
+}
+
+static int wb(const char *name)
+{
+	unsigned char *p = attach(name, PMO_WRITE, key), *ram;
+	size_t n;
+	double tp, tr;
+
+	if (!p)
+		FAIL("attach(w): %s", strerror(errno));
+	n = pmo_size(p);
+	ram = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (ram == MAP_FAILED)
+		FAIL("mmap: %s", strerror(errno));
+	memset(p, 0, n);	/* fault everything in first */
+	memset(ram, 0, n);
+	tp = memset_time(p, n);
+	tr = memset_time(ram, n);
+	detach(p);
+	munmap(ram, n);
+	printf("%s memset of %zu MiB: PMO %.1f ms, RAM %.1f ms, ratio %.2f\n",
+	       tp <= 3 * tr ? "ok" : "fail", n >> 20, tp * 1e3, tr * 1e3, tp / tr);
+	return tp <= 3 * tr ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+	key = getenv("PMO_KEY");
+	if (argc < 3 || !key || !*key) {
+		fprintf(stderr, "usage: PMO_KEY=K pmo_probe wrongkey|rowrite|readers|excl|"
+				"destroybusy|wb NAME [BADKEY]\n");
+		return 2;
+	}
+	if (!strcmp(argv[1], "wrongkey") && argc == 4)
+		return wrongkey(argv[2], argv[3]);
+	if (!strcmp(argv[1], "rowrite"))
+		return rowrite(argv[2]);
+	if (!strcmp(argv[1], "readers"))
+		return readers(argv[2]);
+	if (!strcmp(argv[1], "excl"))
+		return excl(argv[2]);
+	if (!strcmp(argv[1], "destroybusy"))
+		return destroybusy(argv[2]);
+	if (!strcmp(argv[1], "wb"))
+		return wb(argv[2]);
+	fprintf(stderr, "pmo_probe: unknown check %s\n", argv[1]);
+	return 2;
+}
