@@ -47,6 +47,38 @@ pub fn run_vms_with(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> {
     }
 }
 
+/// Boots one VM with an interactive shell on the guest console, attached to this terminal
+/// (the demo): directly on hardware KVM, else through the nested test host. Returns the exit
+/// code of the VMM (direct) or of the test host's QEMU (nested).
+pub fn run_shell(spec: &VmSpec) -> Result<Option<i32>> {
+    let env = Env::from_env();
+    let mut spec = spec.clone();
+    spec.shell = true;
+    match backend()? {
+        Backend::Direct => {
+            let pmovmm = env.require_pmovmm()?;
+            let kernel = match &spec.kernel {
+                Some(k) => k.clone(),
+                None => env.kernel()?,
+            };
+            let initrd = match &spec.initrd {
+                Some(i) => i.clone(),
+                None => env.initrd()?,
+            };
+            let pmem: Vec<_> = spec.pmem.iter().map(|p| p.path.clone()).collect();
+            let status = Command::new(&pmovmm)
+                .args(spec::vmm_args(&spec, &kernel, &initrd, &pmem))
+                .status()
+                .map_err(|source| RunnerError::Spawn {
+                    program: pmovmm.display().to_string(),
+                    source,
+                })?;
+            Ok(status.code())
+        }
+        Backend::Nested | Backend::Qemu => testhost::run_shell_nested(&env, &spec),
+    }
+}
+
 /// What `pmovmm` did when run on this machine without a VM coming up (argument and file
 /// errors need no guest, so no test host either).
 #[derive(Debug)]

@@ -44,6 +44,9 @@ pub struct VmSpec {
     /// (~25 KB) doubled a guest boot (23 s instead of 11 s). Errors still print, and the guest
     /// dumps its dmesg tail when a check fails. `PMO_GUEST_VERBOSE=1` turns it on for all VMs.
     pub verbose_console: bool,
+    /// An interactive shell instead of scenarios: no `pmotest=` on the command line, so the
+    /// guest's /init starts a shell on the console (see `run_shell`).
+    pub shell: bool,
 }
 
 /// Per-VM timeout unless a spec sets its own: a guest boot takes ~10 s of wall time in the
@@ -66,6 +69,7 @@ impl VmSpec {
             kernel: None,
             initrd: None,
             verbose_console: std::env::var_os("PMO_GUEST_VERBOSE").is_some_and(|v| v != "0"),
+            shell: false,
         }
     }
 
@@ -134,11 +138,10 @@ impl VmSpec {
     ///
     /// `panic=-1` makes a panicking guest reboot at once, so the VMM ends instead of hanging.
     pub fn kernel_cmdline(&self) -> String {
-        let mut words = vec![
-            "console=ttyS0".to_string(),
-            "panic=-1".to_string(),
-            format!("pmotest={}", self.scenarios.join(",")),
-        ];
+        let mut words = vec!["console=ttyS0".to_string(), "panic=-1".to_string()];
+        if !self.shell {
+            words.push(format!("pmotest={}", self.scenarios.join(",")));
+        }
         if !self.verbose_console {
             words.push("quiet".to_string());
         }

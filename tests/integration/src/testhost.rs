@@ -350,7 +350,11 @@ fn build_payload(env: &Env, pmovmm: &Path, specs: &[VmSpec], disks: &[Disk]) -> 
         }
         let args = vmm_args(spec, Path::new(&k_in), Path::new(&i_in), &pmem_in);
         let secs = spec.timeout.mul_f64(scale).as_secs().max(1);
-        job += &format!("th_vm {i} {secs} /payload/bin/pmovmm");
+        if spec.shell {
+            job += &format!("th_shell {i} /payload/bin/pmovmm");
+        } else {
+            job += &format!("th_vm {i} {secs} /payload/bin/pmovmm");
+        }
         for a in &args {
             job.push(' ');
             job += &sh_quote(a);
@@ -416,16 +420,15 @@ fn tail(lines: &[Line], n: usize) -> String {
         .join("\n")
 }
 
-/// Writes L1's initramfs (base + payload) and boots it.
-fn run_l1(
+/// Writes L1's initramfs (base + payload) and the QEMU command that boots it.
+fn l1_command(
     env: &Env,
     log_dir: &Path,
     payload: &Payload,
     disks: &[Disk],
     smp: u32,
     memory_mib: u64,
-    budget: Duration,
-) -> Result<L1Run> {
+) -> Result<(Command, PathBuf)> {
     let base = env.testhost_initrd()?;
     let kernel = env.kernel()?;
     let initrd = log_dir.join("l1-initrd.img");
@@ -453,13 +456,68 @@ fn run_l1(
             .arg(format!("virtio-blk-pci,drive={0},serial={0}", d.serial));
     }
     let _ = fs::write(log_dir.join("qemu-cmd.txt"), format!("{cmd:?}\n"));
-    let log = log_dir.join("l1-console.log");
-    let captured = run_logged(cmd, budget, &log, &log_dir.join("qemu-stderr.log"), "L1| ")?;
-    // The assembled initramfs is large and can be rebuilt from the logs' job.sh.
+    Ok((cmd, initrd))
+}
+
+/// The assembled initramfs is large and can be rebuilt from the logs' job.sh.
+fn drop_initrd(initrd: &Path) {
     if std::env::var_os("PMO_TEST_KEEP_INITRD").is_none() {
-        let _ = fs::remove_file(&initrd);
+        let _ = fs::remove_file(initrd);
     }
-    Ok(L1Run { captured, log })
+}
+
+/// Boots L1 with the payload and captures its console, killing it after `budget`.
+fn run_l1(
+    env: &Env,
+    log_dir: &Path,
+    payload: &Payload,
+    disks: &[Disk],
+    smp: u32,
+    memory_mib: u64,
+    budget: Duration,
+) -> Result<L1Run> {
+    let (cmd, initrd) = l1_command(env, log_dir, payload, disks, smp, memory_mib)?;
+    let log = log_dir.join("l1-console.log");
+    let captured = run_logged(cmd, budget, &log, &log_dir.join("qemu-stderr.log"), "L1| ");
+    drop_initrd(&initrd);
+    Ok(L1Run {
+        captured: captured?,
+        log,
+    })
+}
+
+/// Runs one VM with the terminal attached: the guest's console is this process's stdin and
+/// stdout, through L1's serial line (L1 puts it in raw mode for the VMM). No timeout; Ctrl-C
+/// ends QEMU. Returns the exit status of QEMU (the VMM's own status is in the L1 output).
+pub(crate) fn run_shell_nested(env: &Env, spec: &VmSpec) -> Result<Option<i32>> {
+    let pmovmm = env.require_pmovmm()?;
+    which(QEMU, QEMU_HINT)?;
+    let specs = std::slice::from_ref(spec);
+    let log_dir = env.new_log_dir(&format!("shell-{}", spec.name))?;
+    let disks = prepare_disks(specs)?;
+    let payload = build_payload(env, &pmovmm, specs, &disks)?;
+    fs::write(log_dir.join("job.sh"), &payload.job)
+        .map_err(|e| RunnerError::io("write job.sh", e))?;
+    let _lock = env.lock()?;
+    let (mut cmd, initrd) = l1_command(
+        env,
+        &log_dir,
+        &payload,
+        &disks,
+        1,
+        L1_MEMORY_MIB.max(spec.memory_mib + 2048),
+    )?;
+    // QEMU's warnings (TCG lacks some EPYC features) would clutter the terminal.
+    let qemu_err = log_dir.join("qemu-stderr.log");
+    let err = File::create(&qemu_err)
+        .map_err(|e| RunnerError::io(format!("create {}", qemu_err.display()), e))?;
+    cmd.stderr(err);
+    let status = cmd.status().map_err(|source| RunnerError::Spawn {
+        program: QEMU.into(),
+        source,
+    });
+    drop_initrd(&initrd);
+    Ok(status?.code())
 }
 
 fn write_initrd(base: &Path, payload: &Payload, dst: &Path) -> Result<()> {

@@ -4,7 +4,10 @@
 //! ```text
 //! pmo-vm [--cpus N] [--memory MIB] [--pmem FILE[,SIZE]]... [--param KEY=VALUE]...
 //!        [--timeout SECS] [--verbose] --boot SCENARIO[,SCENARIO...] [--boot ...]
+//! pmo-vm [--cpus N] [--memory MIB] [--pmem FILE[,SIZE]]... --shell
 //! ```
+//! `--shell` boots one VM with an interactive shell on its console, attached to this terminal;
+//! exit the shell to power the guest off (in the nested test host, Ctrl-C ends QEMU).
 //! Each `--boot` is one VM (all share the other options), run in order in one test host boot,
 //! e.g. write a pattern to pmem, then read it back after a reboot. Exit status 0 when every VM
 //! exited 0 and every check was ok.
@@ -12,10 +15,17 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use pmo_integration::{backend, run_vms, VmOutcome, VmSpec};
+use pmo_integration::{backend, run_shell, run_vms, VmOutcome, VmSpec};
 
 const USAGE: &str = "usage: pmo-vm [--cpus N] [--memory MIB] [--pmem FILE[,SIZE]]... \
-[--param KEY=VALUE]... [--timeout SECS] [--verbose] --boot SCENARIO[,SCENARIO...] [--boot ...]";
+[--param KEY=VALUE]... [--timeout SECS] [--verbose] --boot SCENARIO[,SCENARIO...] [--boot ...]\n   \
+or: pmo-vm [--cpus N] [--memory MIB] [--pmem FILE[,SIZE]]... --shell";
+
+/// What the command line asks for.
+struct Request {
+    specs: Vec<VmSpec>,
+    shell: bool,
+}
 
 fn parse_size(s: &str) -> Option<u64> {
     let (num, mult) = match s.char_indices().last()? {
@@ -27,9 +37,10 @@ fn parse_size(s: &str) -> Option<u64> {
     num.parse::<u64>().ok()?.checked_mul(mult)
 }
 
-fn parse(args: &[String]) -> Result<Vec<VmSpec>, String> {
+fn parse(args: &[String]) -> Result<Request, String> {
     let mut template = VmSpec::new("vm");
     let mut boots: Vec<String> = Vec::new();
+    let mut shell = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -70,14 +81,25 @@ fn parse(args: &[String]) -> Result<Vec<VmSpec>, String> {
             }
             "--verbose" => template = template.verbose_console(true),
             "--boot" => boots.push(value(a)?),
+            "--shell" => shell = true,
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
     }
+    if shell {
+        if !boots.is_empty() {
+            return Err(format!("--shell and --boot exclude each other\n{USAGE}"));
+        }
+        template.name = "shell".into();
+        return Ok(Request {
+            specs: vec![template],
+            shell: true,
+        });
+    }
     if boots.is_empty() {
         return Err(format!("no --boot given\n{USAGE}"));
     }
-    Ok(boots
+    let specs = boots
         .iter()
         .enumerate()
         .map(|(i, b)| {
@@ -90,7 +112,11 @@ fn parse(args: &[String]) -> Result<Vec<VmSpec>, String> {
                 .collect();
             spec
         })
-        .collect())
+        .collect();
+    Ok(Request {
+        specs,
+        shell: false,
+    })
 }
 
 fn show(o: &VmOutcome) -> bool {
@@ -118,19 +144,33 @@ fn show(o: &VmOutcome) -> bool {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let specs = match parse(&args) {
-        Ok(s) => s,
+    let req = match parse(&args) {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("pmo-vm: {e}");
             return ExitCode::from(2);
         }
     };
+    let specs = req.specs;
     match backend() {
         Ok(b) => eprintln!("pmo-vm: running {} VM(s), {b:?}", specs.len()),
         Err(e) => {
             eprintln!("pmo-vm: {e}");
             return ExitCode::from(2);
         }
+    }
+    if req.shell {
+        return match run_shell(&specs[0]) {
+            Ok(Some(0)) => ExitCode::SUCCESS,
+            Ok(code) => {
+                eprintln!("pmo-vm: exit status {code:?}");
+                ExitCode::FAILURE
+            }
+            Err(e) => {
+                eprintln!("pmo-vm: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     match run_vms(&specs) {
         Ok(outcomes) => {
@@ -164,7 +204,8 @@ mod tests {
         let specs = parse(&args(
             "--cpus 2 --pmem /tmp/p.img,64M --param pattern=X --boot boot_info,pmem_write --boot pmem_read",
         ))
-        .unwrap();
+        .unwrap()
+        .specs;
         assert_eq!(specs.len(), 2);
         assert_eq!(specs[0].cpus, 2);
         assert_eq!(specs[0].scenarios, ["boot_info", "pmem_write"]);
@@ -173,6 +214,9 @@ mod tests {
         assert_eq!(specs[1].params, [("pattern".to_string(), "X".to_string())]);
         assert!(parse(&args("--cpus 2")).is_err());
         assert!(parse(&args("--bogus")).is_err());
+        let r = parse(&args("--pmem /tmp/p.img,64M --shell")).unwrap();
+        assert!(r.shell && r.specs.len() == 1);
+        assert!(parse(&args("--shell --boot x")).is_err());
         assert_eq!(parse_size("1G"), Some(1 << 30));
         assert_eq!(parse_size("4096"), Some(4096));
         assert_eq!(parse_size("x"), None);
