@@ -78,6 +78,9 @@ kbuild="/usr/src/linux-headers-$release"
 [[ -f "$kbuild/Makefile" ]] || die "$kbuild/Makefile missing although $headers is installed"
 echo "$kbuild" >"$out/kernel-build-dir"
 
+# 2b. PMO guest side (owned with guest/driver): pmo.ko, libpmo, pmo CLI and test programs.
+"$guest/build-pmo.sh" || die "guest/build-pmo.sh failed"
+
 # resolve_modules LISTFILE: module paths (relative to $moddir) in load order, dependencies
 # first, from modules.dep. Fails on a required module the kernel has neither as a module
 # nor built in.
@@ -178,9 +181,13 @@ guest_root() {
     cp "$guest/lib/pmotest.sh" "$root/lib/pmotest.sh"
     cp "$guest"/scenarios/* "$root/scenarios/"
     stage_modules "$guest/modules.list" "$root"
+    # PMO driver and static programs from guest/build-pmo.sh (/init insmods extra/*.ko).
+    cp "$out/pmo.ko" "$root/lib/modules/extra/pmo.ko"
+    cp "$out"/pmo-bin/* "$root/bin/"
 }
 build_image "guest initramfs" "$out/initramfs.cpio.gz" guest_root \
-    "$guest/init" "$guest/lib" "$guest/scenarios" "$guest/modules.list"
+    "$guest/init" "$guest/lib" "$guest/scenarios" "$guest/modules.list" \
+    "$out/pmo.ko" "$out/pmo-bin"
 
 # 4. The nested test host (L1) base image; see tests/integration/README.md.
 testhost="$repo/tests/integration/testhost"
