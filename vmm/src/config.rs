@@ -112,6 +112,12 @@ pub enum ConfigError {
     PmemTooLarge(ByteSize),
     #[error("console \"{0}\": expected a file name or stdout")]
     InvalidConsole(String),
+    #[error("--pmo-design and --pmo-window need --pmo-store")]
+    PmoWithoutStore,
+    #[error("PMO store {path}: does not exist; give its size to create it (FILE,SIZE)")]
+    PmoStoreSize { path: PathBuf },
+    #[error("PMO window {0}: must be a non-zero multiple of 2M, at most 64G")]
+    PmoWindow(ByteSize),
 }
 
 /// A byte count shown the way sizes are written on the command line
@@ -268,6 +274,17 @@ pub struct RunArgs {
     /// Where the guest's serial console goes [default: stdout].
     #[arg(long, value_name = "FILE|stdout")]
     pub console: Option<String>,
+    /// PMO store file served to the guest through the virtio-pmo device
+    /// (created and formatted with SIZE if missing).
+    #[arg(long, value_name = "FILE[,SIZE]")]
+    pub pmo_store: Option<String>,
+    /// PMO design for attach sessions: wedi, bp-ip, bp-id, sp-ip, sp-id, d
+    /// [default: each PMO's own].
+    #[arg(long, value_name = "NAME")]
+    pub pmo_design: Option<String>,
+    /// Size of the PMO window (guest-visible space for attached PMOs) [default: 1G].
+    #[arg(long, value_name = "SIZE")]
+    pub pmo_window: Option<String>,
     /// TOML file with the same fields; flags given here override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -292,7 +309,27 @@ pub struct VmConfig {
     /// most `layout::DEVICE_MEM_SIZE`.
     pub pmem: Vec<PmemConfig>,
     pub console: ConsoleOutput,
+    /// The PMO device, when a store is given.
+    pub pmo: Option<PmoConfig>,
 }
+
+/// The PMO device's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PmoConfig {
+    /// Store file; created with `store_size` when it does not exist.
+    pub store: PathBuf,
+    pub store_size: Option<u64>,
+    /// Design override for attach sessions (validated by the device).
+    pub design: Option<String>,
+    /// Window size: a page multiple, at most `MAX_PMO_WINDOW`.
+    pub window: u64,
+}
+
+/// Default PMO window: room for a few large PMOs attached at once; it is
+/// reserved address space, not memory, until pages are touched.
+pub const DEFAULT_PMO_WINDOW: u64 = 1 << 30;
+/// Largest PMO window: a quarter of the 64-bit MMIO window.
+pub const MAX_PMO_WINDOW: u64 = layout::MMIO64_SIZE / 4;
 
 /// One virtio-pmem device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -325,6 +362,9 @@ struct FileConfig {
     cpus: Option<toml::Value>,
     pmem: Option<Vec<String>>,
     console: Option<String>,
+    pmo_store: Option<String>,
+    pmo_design: Option<String>,
+    pmo_window: Option<toml::Value>,
 }
 
 /// A pmem device as written, before its file is looked at.
@@ -344,6 +384,9 @@ struct Settings {
     cpus: Option<String>,
     pmem: Option<Vec<PmemSpec>>,
     console: Option<ConsoleOutput>,
+    pmo_store: Option<PmemSpec>,
+    pmo_design: Option<String>,
+    pmo_window: Option<String>,
 }
 
 impl Settings {
@@ -369,6 +412,13 @@ impl Settings {
                 .as_deref()
                 .map(|c| parse_console(c, here))
                 .transpose()?,
+            pmo_store: args
+                .pmo_store
+                .as_deref()
+                .map(|s| parse_store(s, here))
+                .transpose()?,
+            pmo_design: args.pmo_design.clone(),
+            pmo_window: args.pmo_window.clone(),
         })
     }
 
@@ -414,6 +464,16 @@ impl Settings {
                 .as_deref()
                 .map(|c| parse_console(c, base))
                 .transpose()?,
+            pmo_store: file
+                .pmo_store
+                .as_deref()
+                .map(|s| parse_store(s, base))
+                .transpose()?,
+            pmo_design: file.pmo_design,
+            pmo_window: file
+                .pmo_window
+                .map(|v| scalar("pmo_window", v))
+                .transpose()?,
         })
     }
 
@@ -428,12 +488,23 @@ impl Settings {
             cpus: over.cpus.or(self.cpus),
             pmem: over.pmem.or(self.pmem),
             console: over.console.or(self.console),
+            pmo_store: over.pmo_store.or(self.pmo_store),
+            pmo_design: over.pmo_design.or(self.pmo_design),
+            pmo_window: over.pmo_window.or(self.pmo_window),
         }
     }
 }
 
 fn parse_pmem(text: &str, base: &Path) -> Result<PmemSpec, ConfigError> {
     let opts = OptionList::parse("pmem", text, &["path", "size"], 2)?;
+    Ok(PmemSpec {
+        path: base.join(opts.required("path")?),
+        size: opts.size("size")?,
+    })
+}
+
+fn parse_store(text: &str, base: &Path) -> Result<PmemSpec, ConfigError> {
+    let opts = OptionList::parse("pmo-store", text, &["path", "size"], 2)?;
     Ok(PmemSpec {
         path: base.join(opts.required("path")?),
         size: opts.size("size")?,
@@ -518,6 +589,34 @@ impl VmConfig {
             check_parent_dir("console file", path)?;
         }
 
+        let pmo = match s.pmo_store {
+            None => {
+                if s.pmo_design.is_some() || s.pmo_window.is_some() {
+                    return Err(ConfigError::PmoWithoutStore);
+                }
+                None
+            }
+            Some(spec) => {
+                if !spec.path.exists() && spec.size.is_none() {
+                    return Err(ConfigError::PmoStoreSize { path: spec.path });
+                }
+                check_parent_dir("PMO store", &spec.path)?;
+                let window = match &s.pmo_window {
+                    Some(text) => parse_size(text)?,
+                    None => DEFAULT_PMO_WINDOW,
+                };
+                if window == 0 || !window.is_multiple_of(PMEM_ALIGN) || window > MAX_PMO_WINDOW {
+                    return Err(ConfigError::PmoWindow(ByteSize(window)));
+                }
+                Some(PmoConfig {
+                    store: spec.path,
+                    store_size: spec.size,
+                    design: s.pmo_design,
+                    window,
+                })
+            }
+        };
+
         Ok(VmConfig {
             kernel,
             initrd: s.initrd,
@@ -526,6 +625,7 @@ impl VmConfig {
             cpus,
             pmem,
             console,
+            pmo,
         })
     }
 }
@@ -831,6 +931,7 @@ mod tests {
                     },
                 ],
                 console: ConsoleOutput::File(s.path("console.log")),
+                pmo: None,
             }
         );
         // Validation created nothing.
@@ -1186,5 +1287,53 @@ mod tests {
             run("missing.toml", "kernel = \"nope\"\n"),
             format!("kernel file {}: No such file or directory", p("nope"))
         );
+    }
+
+    #[test]
+    fn pmo_store_settings() {
+        let s = Scratch::new("pmo");
+        let kernel = s.arg("bzImage");
+        let store = s.arg("store.img");
+        let base = ["--kernel", kernel.as_str()];
+        let with = |extra: &[&str]| {
+            let mut v: Vec<&str> = base.to_vec();
+            v.extend_from_slice(extra);
+            VmConfig::from_args(&args(&v))
+        };
+        let cfg = with(&["--pmo-store", &format!("{store},1G"), "--pmo-design", "d"]).unwrap();
+        assert_eq!(
+            cfg.pmo,
+            Some(PmoConfig {
+                store: s.path("store.img"),
+                store_size: Some(GIB),
+                design: Some("d".into()),
+                window: DEFAULT_PMO_WINDOW,
+            })
+        );
+        assert_eq!(with(&[]).unwrap().pmo, None);
+        assert_eq!(
+            with(&["--pmo-store", &store]).unwrap_err().to_string(),
+            format!("PMO store {store}: does not exist; give its size to create it (FILE,SIZE)")
+        );
+        assert!(matches!(
+            with(&["--pmo-design", "d"]).unwrap_err(),
+            ConfigError::PmoWithoutStore
+        ));
+        assert!(matches!(
+            with(&["--pmo-store", &format!("{store},1G"), "--pmo-window", "3M"]).unwrap_err(),
+            ConfigError::PmoWindow(_)
+        ));
+        assert!(matches!(
+            with(&[
+                "--pmo-store",
+                &format!("{store},1G"),
+                "--pmo-window",
+                "128G"
+            ])
+            .unwrap_err(),
+            ConfigError::PmoWindow(_)
+        ));
+        let w = with(&["--pmo-store", &format!("{store},1G"), "--pmo-window", "64M"]).unwrap();
+        assert_eq!(w.pmo.unwrap().window, 64 * MIB);
     }
 }

@@ -6,6 +6,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use pmo_virtio::device::{DeviceError, PmoDevice, PmoDeviceConfig, PmoService};
+use pmo_virtio::pager::PoisonBoard;
 use virtio_devices::pmem::{Pmem, PmemError};
 use virtio_devices::VirtioDevice;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
@@ -13,7 +15,8 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use crate::acpi::{self, AcpiConfig};
 use crate::boot::{self, BootError};
 use crate::bus::{Bus, BusDevice, BusError};
-use crate::cpu::{CpuError, Vcpu};
+use crate::config::PmoConfig;
+use crate::cpu::{CpuError, PoisonSource, Vcpu};
 use crate::exit::{ExitReason, VmExit};
 use crate::layout;
 use crate::legacy::{self, AcpiPower, I8042Reset, PvPanic, SerialConsole};
@@ -38,6 +41,27 @@ pub struct MachineConfig {
     pub cpus: u8,
     pub pmem: Vec<(PathBuf, Option<u64>)>,
     pub console: Console,
+    pub pmo: Option<PmoConfig>,
+}
+
+/// Fault-service threads of the PMO window: enough to overlap decryption
+/// with a second vCPU's fault, few enough to leave the cores to the vCPUs.
+const PMO_FAULT_THREADS: usize = 2;
+
+/// Maps the pager's poisoned window offsets to guest addresses.
+struct PmoPoison {
+    board: Arc<PoisonBoard>,
+    window_base: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl PoisonSource for PmoPoison {
+    fn take(&self, tid: u32) -> Option<u64> {
+        let offset = self.board.take(tid)?;
+        match self.window_base.load(std::sync::atomic::Ordering::Acquire) {
+            0 => None,
+            base => Some(base + offset),
+        }
+    }
 }
 
 /// Errors building or running the machine.
@@ -55,6 +79,8 @@ pub enum MachineError {
     VirtioPci(#[from] VirtioPciError),
     #[error(transparent)]
     Pmem(#[from] PmemError),
+    #[error(transparent)]
+    Pmo(#[from] DeviceError),
     #[error("ACPI: {0}")]
     Acpi(#[from] acpi::AcpiError),
     #[error("device bus: {0}")]
@@ -87,6 +113,8 @@ pub struct Machine {
     /// pmem backing files, flushed when the machine stops so a guest
     /// poweroff leaves the host files complete.
     pmem_files: Vec<File>,
+    /// The PMO service, detached cleanly when the guest stops.
+    pmo: Option<Arc<PmoService>>,
 }
 
 fn io_err(what: &'static str) -> impl Fn(std::io::Error) -> MachineError {
@@ -182,6 +210,7 @@ impl Machine {
                 Box::new(dev) as Box<dyn VirtioDevice>,
                 vm.fd().clone(),
                 vm.memory().clone(),
+                None,
             )?));
             let bar = mmio32.alloc(VirtioPci::bar0_size(), VirtioPci::bar0_size())?;
             transport
@@ -192,6 +221,39 @@ impl Machine {
                 .unwrap_or_else(|e| e.into_inner())
                 .add(transport.clone())?;
             pmem_files.push(file);
+        }
+
+        let mut mmio64 = Window::new(layout::MMIO64_START, layout::MMIO64_SIZE);
+        let mut pmo_service = None;
+        let mut poison: Option<Arc<dyn PoisonSource>> = None;
+        if let Some(p) = &cfg.pmo {
+            let dev = PmoDevice::new(&PmoDeviceConfig {
+                store: p.store.clone(),
+                store_size: p.store_size,
+                design: p.design.clone(),
+                window_size: p.window,
+                fault_threads: PMO_FAULT_THREADS,
+            })?;
+            let service = dev.service().clone();
+            let mut transport = VirtioPci::new(
+                Box::new(dev),
+                vm.fd().clone(),
+                vm.memory().clone(),
+                Some(vm.slot_mapper()),
+            )?;
+            let bar0 = mmio32.alloc(VirtioPci::bar0_size(), VirtioPci::bar0_size())?;
+            transport.set_bar0(bar0);
+            if let Some(size) = transport.shm_bar_size() {
+                transport.set_shm_bar(mmio64.alloc(size, size)?);
+            }
+            poison = Some(Arc::new(PmoPoison {
+                board: service.poison_board(),
+                window_base: transport.shm_base(),
+            }));
+            root.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .add(Arc::new(Mutex::new(transport)))?;
+            pmo_service = Some(service);
         }
 
         let acpi_cfg = AcpiConfig::new(cfg.cpus);
@@ -207,13 +269,11 @@ impl Machine {
 
         let mut vcpus = Vec::with_capacity(usize::from(cfg.cpus));
         for id in 0..cfg.cpus {
-            vcpus.push(Vcpu::new(
-                vm.kvm(),
-                vm.fd(),
-                id,
-                cfg.cpus,
-                (id == 0).then_some(&entry),
-            )?);
+            let mut vcpu = Vcpu::new(vm.kvm(), vm.fd(), id, cfg.cpus, (id == 0).then_some(&entry))?;
+            if let Some(p) = &poison {
+                vcpu.set_poison_source(p.clone());
+            }
+            vcpus.push(vcpu);
         }
         Ok(Machine {
             _vm: vm,
@@ -223,6 +283,7 @@ impl Machine {
             exit,
             serial,
             pmem_files,
+            pmo: pmo_service,
             _slots: slots,
         })
     }
@@ -242,6 +303,11 @@ impl Machine {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .flush();
+        if let Some(pmo) = &self.pmo {
+            // Detach what the guest left attached: the store ends each session
+            // as of its last psync, scrubs the shadows, and nothing is left to recover.
+            pmo.detach_all();
+        }
         for f in &self.pmem_files {
             if let Err(e) = f.sync_data() {
                 log::error!("flush pmem: {e}");

@@ -42,6 +42,7 @@ fn machine_config(cfg: VmConfig) -> MachineConfig {
             ConsoleOutput::Stdout => Console::Stdout,
             ConsoleOutput::File(p) => Console::File(p),
         },
+        pmo: cfg.pmo,
     }
 }
 

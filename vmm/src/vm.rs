@@ -140,11 +140,45 @@ impl Vm {
         len: u64,
         read_only: bool,
     ) -> Result<MemSlot, VmError> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.slot_mapper().map(gpa, host_addr, len, read_only) }
+    }
+
+    /// A handle devices keep to (re)map their memory when the guest moves a BAR.
+    pub fn slot_mapper(&self) -> SlotMapper {
+        SlotMapper {
+            vm: self.fd.clone(),
+            slots: self.slots.clone(),
+        }
+    }
+}
+
+/// Creates device memslots on a VM; cheap to clone.
+#[derive(Clone)]
+pub struct SlotMapper {
+    vm: Arc<VmFd>,
+    slots: Arc<SlotAllocator>,
+}
+
+impl SlotMapper {
+    /// # Safety
+    /// `host_addr..host_addr+len` must stay mapped for as long as the returned
+    /// [`MemSlot`] lives.
+    pub unsafe fn map(
+        &self,
+        gpa: u64,
+        host_addr: u64,
+        len: u64,
+        read_only: bool,
+    ) -> Result<MemSlot, VmError> {
         let slot = self.slots.alloc()?;
         // SAFETY: the caller guarantees the host range outlives the slot.
-        unsafe { set_region(&self.fd, slot, gpa, host_addr, len, read_only)? };
+        if let Err(e) = unsafe { set_region(&self.vm, slot, gpa, host_addr, len, read_only) } {
+            self.slots.release(slot);
+            return Err(e);
+        }
         Ok(MemSlot {
-            vm: self.fd.clone(),
+            vm: self.vm.clone(),
             slots: self.slots.clone(),
             slot,
             gpa,

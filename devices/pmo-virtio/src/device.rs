@@ -326,7 +326,7 @@ impl PmoService {
         Ok(out)
     }
 
-    fn detach(&self, handle: u64) -> Result<(), Status> {
+    fn detach(&self, handle: u64) -> Result<Option<crate::store::DetachHandle>, Status> {
         let a = self
             .attachments
             .lock()
@@ -343,11 +343,8 @@ impl PmoService {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        if let Some(s) = session {
-            // Nonblocking: the store finishes in the background and a later attach waits.
-            drop(s.detach());
-        }
-        Ok(())
+        // Nonblocking: the store finishes in the background and a later attach waits.
+        Ok(session.map(|s| s.detach()))
     }
 
     fn psync(&self, handle: u64) -> Result<u64, Status> {
@@ -418,8 +415,9 @@ impl PmoService {
         Ok(v)
     }
 
-    /// Detaches everything (driver reset, VMM shutdown). Unsynced changes are
-    /// dropped: each PMO stays as of its last psync.
+    /// Detaches everything (driver reset, VMM shutdown) and waits until the
+    /// store finished. Unsynced changes are dropped: each PMO stays as of its
+    /// last psync.
     pub fn detach_all(&self) {
         let handles: Vec<u64> = self
             .attachments
@@ -429,7 +427,11 @@ impl PmoService {
             .copied()
             .collect();
         for h in handles {
-            let _ = self.detach(h);
+            if let Ok(Some(pending)) = self.detach(h) {
+                if let Err(e) = pending.wait() {
+                    log::warn!("pmo: detach: {e}");
+                }
+            }
         }
     }
 }
@@ -530,7 +532,7 @@ impl VirtioDevice for PmoDevice {
         self.service.detach_all();
     }
 
-    fn device_memory(&self) -> Vec<DeviceMemory> {
+    fn shared_memory(&self) -> Vec<DeviceMemory> {
         vec![DeviceMemory {
             host_addr: self.service.pager.host_addr(),
             len: self.service.pager.size(),

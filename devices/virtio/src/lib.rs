@@ -77,8 +77,15 @@ pub trait VirtioDevice: Send {
     fn activate(&mut self, ctx: ActivateContext) -> Result<(), ActivateError>;
     /// Stops serving the queues (driver reset). Afterwards the device may be activated again.
     fn reset(&mut self);
-    /// Guest memory regions the device needs mapped into the guest (see [`DeviceMemory`]).
+    /// Guest memory regions the device needs mapped into the guest at an
+    /// address the VMM chooses and reports in the device's own config
+    /// (virtio-pmem's region).
     fn device_memory(&self) -> Vec<DeviceMemory> {
+        Vec::new()
+    }
+    /// Virtio shared memory regions (spec 2.10), in shmid order; the
+    /// transport exposes them through a 64-bit BAR.
+    fn shared_memory(&self) -> Vec<DeviceMemory> {
         Vec::new()
     }
 }

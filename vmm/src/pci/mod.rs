@@ -18,8 +18,8 @@ pub trait PciDevice: Send {
     fn config_write(&mut self, reg: usize, offset: usize, data: &[u8]);
     fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]);
     fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]);
-    /// The guest moved (or first enabled) a BAR; `old` is `None` the first time.
-    fn bar_moved(&mut self, _bar: usize, _old: Option<u64>, _new: u64) {}
+    /// The guest moved, enabled (`old` is `None`) or disabled (`new` is `None`) a BAR.
+    fn bar_moved(&mut self, _bar: usize, _old: Option<u64>, _new: Option<u64>) {}
 }
 
 /// Errors building the PCI topology.
@@ -197,6 +197,7 @@ impl PciRoot {
                 slot.mapped.remove(&bar);
             }
             let (Some(new), Some(size)) = (now, dev.config().bar_size(bar)) else {
+                dev.bar_moved(bar, before, None);
                 continue;
             };
             let route = Arc::new(Mutex::new(BarRoute {
@@ -206,7 +207,7 @@ impl PciRoot {
             match self.mmio.insert(new, size, route) {
                 Ok(()) => {
                     slot.mapped.insert(bar, new);
-                    dev.bar_moved(bar, before, new);
+                    dev.bar_moved(bar, before, Some(new));
                 }
                 Err(e) => log::warn!("PCI {devfn:#x} BAR{bar} at {new:#x}: {e}"),
             }
@@ -349,8 +350,10 @@ mod tests {
         fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]) {
             self.last_write = Some((bar, offset, data.to_vec()));
         }
-        fn bar_moved(&mut self, bar: usize, old: Option<u64>, new: u64) {
-            self.moved.push((bar, old, new));
+        fn bar_moved(&mut self, bar: usize, old: Option<u64>, new: Option<u64>) {
+            if let Some(new) = new {
+                self.moved.push((bar, old, new));
+            }
         }
     }
 

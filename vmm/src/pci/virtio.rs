@@ -11,10 +11,14 @@
 //! | 0x4000  | MSI-X table                                   |
 //! | 0x6000  | MSI-X pending bits                            |
 //!
+//! Devices with virtio shared memory regions (the PMO window) get BAR2, a
+//! 64-bit prefetchable BAR that is not trapped: it is a KVM memslot over the
+//! device's host memory, re-created wherever the guest places the BAR.
+//!
 //! Queue notifications never reach this code: KVM signals the queue's
 //! eventfd directly and the device's worker thread wakes up.
 
-use std::sync::atomic::{AtomicU16, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kvm_ioctls::{IoEventAddress, NoDatamatch, VmFd};
@@ -28,6 +32,7 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use super::config::{BarKind, PciConfig, PciIds};
 use super::msix::{Msix, SharedMsix};
 use super::PciDevice;
+use crate::vm::{MemSlot, SlotMapper};
 
 const BAR_SIZE: u64 = 0x8000;
 const COMMON_OFFSET: u64 = 0x0000;
@@ -49,6 +54,9 @@ const CAP_COMMON: u8 = 1;
 const CAP_NOTIFY: u8 = 2;
 const CAP_ISR: u8 = 3;
 const CAP_DEVICE: u8 = 4;
+const CAP_SHARED_MEMORY: u8 = 8;
+/// BAR that holds the shared memory regions.
+const SHM_BAR: usize = 2;
 
 /// "No vector" in virtio's MSI-X vector fields.
 pub const NO_VECTOR: u16 = 0xffff;
@@ -102,6 +110,9 @@ impl VirtioInterrupt for PciInterrupt {
 
 /// A virtio device behind the PCI transport.
 pub struct VirtioPci {
+    /// Guest mappings of the device's shared memory; declared first so they
+    /// are dropped before the device that owns the memory.
+    shm_slots: Vec<MemSlot>,
     config: PciConfig,
     msix_cap: usize,
     dev: Box<dyn VirtioDevice>,
@@ -120,6 +131,11 @@ pub struct VirtioPci {
     queue_select: u16,
     active: bool,
     notify_base: Option<u64>,
+    /// Shared memory regions: (offset in BAR2, host address, length).
+    shm: Vec<(u64, u64, u64)>,
+    shm_mapper: Option<SlotMapper>,
+    /// Guest address of BAR2 while it is mapped, else 0.
+    shm_base: Arc<AtomicU64>,
 }
 
 /// Errors building the transport.
@@ -131,6 +147,8 @@ pub enum VirtioPciError {
     Config(#[from] super::config::ConfigError),
     #[error("device has {0} queues; the transport supports at most 1023")]
     TooManyQueues(usize),
+    #[error("device has shared memory but the transport got no way to map it")]
+    NoMapper,
 }
 
 fn vendor_cap(cfg_type: u8, offset: u64, length: u64, extra: &[u8]) -> Vec<u8> {
@@ -143,10 +161,13 @@ fn vendor_cap(cfg_type: u8, offset: u64, length: u64, extra: &[u8]) -> Vec<u8> {
 }
 
 impl VirtioPci {
+    /// `mapper` maps the device's shared memory regions into the guest; it is
+    /// required only for devices that have some.
     pub fn new(
         dev: Box<dyn VirtioDevice>,
         vm: Arc<VmFd>,
         mem: GuestMemoryMmap,
+        mapper: Option<SlotMapper>,
     ) -> Result<Self, VirtioPciError> {
         let nq = dev.queue_max_sizes().len();
         if nq >= 1024 {
@@ -187,6 +208,30 @@ impl VirtioPci {
             &vendor_cap(CAP_DEVICE, DEVICE_OFFSET, DEVICE_SIZE, &[]),
             &[],
         )?;
+        let mut shm = Vec::new();
+        let mut shm_end = 0u64;
+        for (id, region) in dev.shared_memory().iter().enumerate() {
+            let offset = shm_end.next_multiple_of(4096);
+            let mut body = vendor_cap(CAP_SHARED_MEMORY, offset, region.len, &[]);
+            body[2] = SHM_BAR as u8;
+            body[3] = id as u8;
+            body[0] = 24;
+            body.extend_from_slice(&((offset >> 32) as u32).to_le_bytes());
+            body.extend_from_slice(&((region.len >> 32) as u32).to_le_bytes());
+            config.add_capability(PCI_CAP_ID_VENDOR, &body, &[])?;
+            shm.push((offset, region.host_addr, region.len));
+            shm_end = offset + region.len;
+        }
+        if shm_end > 0 {
+            if mapper.is_none() {
+                return Err(VirtioPciError::NoMapper);
+            }
+            config.add_bar(
+                SHM_BAR,
+                shm_end.next_power_of_two(),
+                BarKind::Mem64 { prefetchable: true },
+            )?;
+        }
         let vectors = nq as u16 + 1;
         let mut msix_body = Vec::new();
         msix_body.extend_from_slice(&(vectors - 1).to_le_bytes());
@@ -225,7 +270,45 @@ impl VirtioPci {
             queue_select: 0,
             active: false,
             notify_base: None,
+            shm,
+            shm_mapper: mapper,
+            shm_slots: Vec::new(),
+            shm_base: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// Size of the shared-memory BAR, if the device has one.
+    pub fn shm_bar_size(&self) -> Option<u64> {
+        self.config.bar_size(SHM_BAR)
+    }
+
+    /// Firmware-style placement of the shared-memory BAR.
+    pub fn set_shm_bar(&mut self, addr: u64) {
+        self.config.set_bar_addr(SHM_BAR, addr);
+    }
+
+    /// Guest address of the shared-memory BAR while the guest has it enabled, else 0.
+    pub fn shm_base(&self) -> Arc<AtomicU64> {
+        self.shm_base.clone()
+    }
+
+    fn map_shm(&mut self, base: Option<u64>) {
+        // Old mappings go first: KVM refuses overlapping slots.
+        self.shm_slots.clear();
+        self.shm_base.store(0, Ordering::Release);
+        let (Some(base), Some(mapper)) = (base, &self.shm_mapper) else {
+            return;
+        };
+        for (offset, host, len) in &self.shm {
+            // SAFETY: the host range belongs to the device, which this
+            // transport owns; the slots are dropped (in `map_shm` or with the
+            // transport, whose `shm_slots` field is dropped before `dev`) first.
+            match unsafe { mapper.map(base + offset, *host, *len, false) } {
+                Ok(slot) => self.shm_slots.push(slot),
+                Err(e) => log::error!("virtio-pci: map shared memory at {:#x}: {e}", base + offset),
+            }
+        }
+        self.shm_base.store(base, Ordering::Release);
     }
 
     /// Firmware-style placement of BAR0 before the guest boots.
@@ -583,9 +666,11 @@ impl PciDevice for VirtioPci {
         }
     }
 
-    fn bar_moved(&mut self, bar: usize, _old: Option<u64>, new: u64) {
-        if bar == 0 {
-            self.register_notifiers(new);
+    fn bar_moved(&mut self, bar: usize, _old: Option<u64>, new: Option<u64>) {
+        match (bar, new) {
+            (0, Some(new)) => self.register_notifiers(new),
+            (SHM_BAR, new) => self.map_shm(new),
+            _ => {}
         }
     }
 }
