@@ -20,7 +20,8 @@ pub struct Env {
     pub repo: PathBuf,
     /// Output of guest/build.sh (`PMO_GUEST_DIR`, else `<repo>/target/guest`).
     pub guest_dir: PathBuf,
-    /// The VMM (`PMOVMM_BIN`, else `<repo>/target/release/pmovmm`).
+    /// The VMM (`PMOVMM_BIN`, else `$CARGO_TARGET_DIR/release/pmovmm`, else
+    /// `<repo>/target/release/pmovmm`).
     pub pmovmm: PathBuf,
     /// Per-run log directories go here (`<repo>/target/itest-logs`).
     pub log_root: PathBuf,
@@ -40,9 +41,13 @@ impl Env {
         let guest_dir = std::env::var_os("PMO_GUEST_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| repo.join("target/guest"));
+        // The test command builds the VMM before the tests, into the same target directory.
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(|d| repo.join(d))
+            .unwrap_or_else(|| repo.join("target"));
         let pmovmm = std::env::var_os("PMOVMM_BIN")
             .map(PathBuf::from)
-            .unwrap_or_else(|| repo.join("target/release/pmovmm"));
+            .unwrap_or_else(|| target.join("release/pmovmm"));
         let log_root = repo.join("target/itest-logs");
         Env {
             repo,
