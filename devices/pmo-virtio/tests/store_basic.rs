@@ -277,3 +277,52 @@ fn destroy_reclaims_space_and_name() {
     r.fault(0, &mut out).unwrap();
     assert_eq!(out, [0u8; PAGE]);
 }
+
+#[test]
+fn id_designs_defer_tags_to_detach_and_recover_after_power_loss() {
+    use pmo_virtio::medium::CrashMode;
+    for design in [Design::BpId, Design::SpId] {
+        let (m, s) = fresh(MEDIUM);
+        let k = key("k");
+        s.create_pmo_with(
+            "a",
+            8 * PAGE as u64,
+            &k,
+            CreateOptions {
+                design,
+                suite: Suite::XtsBlake3,
+            },
+        )
+        .unwrap();
+        let w = s.attach("a", Perm::Write, &k).unwrap();
+        w.psync([(2u64, &page_of(5, 2)), (3, &page_of(5, 3))])
+            .unwrap();
+        // The checksum is not updated at psync: the leaves on the medium carry no tag yet.
+        let info = &s.list()[0];
+        assert_eq!(info.pending_tags, 2);
+        let leaf = info.extent.0 + 8 * PAGE as u64 + 2 * 40;
+        assert!(m.snapshot()[leaf as usize + 8..leaf as usize + 40]
+            .iter()
+            .all(|b| *b == 0));
+        // In-session faults are served from the shadow.
+        let mut out = [0u8; PAGE];
+        w.fault(2, &mut out).unwrap();
+        assert_eq!(out, page_of(5, 2));
+        // Power loss now: the session never detaches.
+        let img = m.crash_image(CrashMode::DropAll);
+        w.detach().wait().unwrap();
+        assert_eq!(s.list()[0].pending_tags, 0, "UC at detach");
+        assert!(m.snapshot()[leaf as usize + 8..leaf as usize + 40]
+            .iter()
+            .any(|b| *b != 0));
+        // Reboot: recovery is keyless; the next attach runs the crash handler with the key.
+        let (_m2, s2, _) = reopen(img);
+        assert_eq!(s2.list()[0].pending_tags, 2);
+        let r = s2.attach("a", Perm::Read, &k).unwrap();
+        assert_eq!(s2.list()[0].pending_tags, 0);
+        r.fault(3, &mut out).unwrap();
+        assert_eq!(out, page_of(5, 3));
+        drop(r);
+        assert!(s2.fsck().problems.is_empty());
+    }
+}

@@ -299,6 +299,28 @@ impl PmoKeys {
         }
     }
 
+    /// True when tags can be computed from ciphertext alone (not GCM), so an `id` design may
+    /// defer them.
+    pub fn tags_separable(&self) -> bool {
+        matches!(self.cipher, PageCipher::Xts(_))
+    }
+
+    /// Encrypts a page in place without computing its tag (XTS suites; `id` designs).
+    pub fn encrypt_page(&self, id: PageId, data: &mut [u8; PAGE]) -> Result<(), CryptoError> {
+        match &self.cipher {
+            PageCipher::Xts(x) => Ok(x.encrypt(self.tweak(id), data)?),
+            PageCipher::Gcm(_) => Err(CryptoError::Aead),
+        }
+    }
+
+    /// The tag of a ciphertext page (XTS suites).
+    pub fn tag_page(&self, id: PageId, ct: &[u8; PAGE]) -> Result<Tag, CryptoError> {
+        match &self.cipher {
+            PageCipher::Xts(_) => Ok(self.mac(id, ct)),
+            PageCipher::Gcm(_) => Err(CryptoError::Aead),
+        }
+    }
+
     /// Encrypts a page in place and returns its tag.
     pub fn seal_page(&self, id: PageId, data: &mut [u8; PAGE]) -> Result<Tag, CryptoError> {
         match &self.cipher {

@@ -12,9 +12,13 @@
 //! | `sp-ip`, `sp-id` | key check | decrypt + verify one page (DP) | encrypt dirty pages into TSC (P/EPP), commit, copy | scrub TSC (DS) |
 //! | `d` (LPMO) | key check | decrypt + verify into the window (Dc) | encrypt dirty pages into TSC (EP), commit, copy (TC) | scrub TSC (DT) |
 //!
-//! The `id` variants keep the per-page MAC at psync: deferring it to detach (as the paper does)
-//! would leave pages committed by psync unauthenticated after a power loss, and our recovery runs
-//! without the key. See docs/store.md.
+//! The `id` variants defer the per-page tag (the paper's checksum) from psync to detach (UC):
+//! psync encrypts and commits pages with a zero tag (their version is still covered by the tree),
+//! the session keeps their plaintext as the shadow, and detach (or the crash handler when the
+//! session is dropped) computes the tags and commits them. After a power loss the next attach
+//! (which has the key) runs the crash handler: tags are computed from the ciphertext on the medium,
+//! which trusts the medium for those pages in that window, as the paper does. With the `aes-gcm`
+//! suite the tag cannot be separated from encryption, so `id` behaves as `ip`. See docs/store.md.
 
 /// A PMO design (names from the seeds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -77,6 +81,10 @@ impl Design {
     /// Whole-PMO work at attach / psync / detach.
     pub fn whole(self) -> bool {
         self == Design::Wedi
+    }
+    /// Checksums (tags) are updated at detach instead of psync (LOaPP Id).
+    pub fn defers_checksum(self) -> bool {
+        matches!(self, Design::BpId | Design::SpId)
     }
     /// Touched pages are re-encrypted at detach (BP's EPP/CPP).
     pub fn reencrypt_touched_at_detach(self) -> bool {

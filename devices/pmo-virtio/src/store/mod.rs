@@ -189,6 +189,8 @@ pub struct PmoInfo {
     pub slot: u32,
     /// Extent offset and length on the medium.
     pub extent: (u64, u64),
+    /// Pages whose tag an `id` design still owes (nonzero only after a crash).
+    pub pending_tags: u64,
 }
 
 /// Current record of a PMO and which copy holds it.
@@ -408,6 +410,7 @@ impl Store {
                     epoch: c.rec.epoch,
                     slot: rt.slot,
                     extent: (c.rec.ext_off, c.rec.ext_len),
+                    pending_tags: c.rec.pending_tags,
                 }
             })
             .collect();
@@ -465,6 +468,7 @@ impl Store {
                 journal_len: 0,
                 journal_sum: [0; 32],
                 tsc_dirty: 0,
+                pending_tags: 0,
             };
             let copy = write_record(&*self.inner.m, &self.inner.sb, slot, copy, &mut rec)?;
             Ok::<_, StoreError>(RecCell { rec, copy })

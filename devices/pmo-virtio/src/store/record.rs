@@ -119,6 +119,9 @@ pub struct Record {
     pub journal_sum: [u8; 32],
     /// High-water mark of TSC bytes written since the last scrub.
     pub tsc_dirty: u64,
+    /// Pages psync'd by an `id` design whose tags are still to be computed (their leaves hold
+    /// a zero tag); the crash handler at the next attach computes them.
+    pub pending_tags: u64,
 }
 
 impl Record {
@@ -149,7 +152,8 @@ impl Record {
             .bytes(&self.root_mac)
             .u64(self.journal_len)
             .bytes(&self.journal_sum)
-            .u64(self.tsc_dirty);
+            .u64(self.tsc_dirty)
+            .u64(self.pending_tags);
         let sum = checksum(&[&e.0]);
         e.bytes(&sum);
         e.0
@@ -181,6 +185,7 @@ impl Record {
         let journal_len = d.u64().ok()?;
         let journal_sum = d.arr().ok()?;
         let tsc_dirty = d.u64().ok()?;
+        let pending_tags = d.u64().ok()?;
         let sum: [u8; 32] = d.arr().ok()?;
         if checksum(&[b.get(..ENCODED_BODY)?]) != sum {
             return None;
@@ -207,13 +212,14 @@ impl Record {
             journal_len,
             journal_sum,
             tsc_dirty,
+            pending_tags,
         })
     }
 }
 
 /// Length of the encoded record body before its checksum.
 const ENCODED_BODY: usize =
-    4 + 8 + 4 + MAX_NAME + 8 * 4 + 32 + 16 + 32 + 8 + 8 + 32 + 32 + 8 + 32 + 8;
+    4 + 8 + 4 + MAX_NAME + 8 * 4 + 32 + 16 + 32 + 8 + 8 + 32 + 32 + 8 + 32 + 8 + 8;
 
 /// What a table slot holds after reading both copies.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -313,6 +319,7 @@ mod tests {
             journal_len: 0,
             journal_sum: [0; 32],
             tsc_dirty: 0,
+            pending_tags: 3,
         }
     }
 

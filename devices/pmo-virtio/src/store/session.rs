@@ -32,6 +32,8 @@ struct Core {
     plain: Option<RwLock<PlainCopy>>,
     /// Serialises psync calls.
     psync_lock: Mutex<()>,
+    /// Id designs: plaintext of pages psync'd without a tag yet (the shadow, until UC).
+    pending: Mutex<BTreeMap<u64, Box<[u8; PAGE]>>>,
 }
 
 /// An attach session on one PMO. `Send + Sync`: `fault` may run from several threads at once.
@@ -81,28 +83,17 @@ impl Session {
         keys: PmoKeys,
         design: Option<Design>,
     ) -> Result<Session, StoreError> {
-        let (root, design) = {
-            let mut cell = rt.lock_rec();
-            let r = &cell.rec;
-            if !keys.check_root(r.epoch, r.npages, &r.root, &r.root_mac) {
-                return Err(StoreError::Corrupt {
-                    name: rt.name.clone(),
-                    why: "root MAC".into(),
-                });
-            }
-            let root = r.root;
-            let design = design.unwrap_or(r.design);
-            // Persist R/W (first attacher only), as in the papers' diagrams.
-            let want = match perm {
-                Perm::Write => PmoState::Write,
-                Perm::Read => PmoState::Read,
-            };
-            if cell.rec.state == PmoState::Detached || want == PmoState::Write {
-                cell.rec.state = want;
-                store.write_rec(&rt, &mut cell)?;
-            }
-            (root, design)
-        };
+        let rt2 = rt.clone();
+        let mut cell = rt2.lock_rec();
+        let r = &cell.rec;
+        if !keys.check_root(r.epoch, r.npages, &r.root, &r.root_mac) {
+            return Err(StoreError::Corrupt {
+                name: rt.name.clone(),
+                why: "root MAC".into(),
+            });
+        }
+        let root = r.root;
+        let design = design.unwrap_or(r.design);
         let mut core = Core {
             store,
             rt,
@@ -114,7 +105,26 @@ impl Session {
             touched: Mutex::new(BTreeSet::new()),
             plain: None,
             psync_lock: Mutex::new(()),
+            pending: Mutex::new(BTreeMap::new()),
         };
+        // Persist R/W (first attacher only), as in the papers' diagrams.
+        let want = match perm {
+            Perm::Write => PmoState::Write,
+            Perm::Read => PmoState::Read,
+        };
+        if cell.rec.state == PmoState::Detached || want == PmoState::Write {
+            cell.rec.state = want;
+            core.store.write_rec(&core.rt, &mut cell)?;
+        }
+        // Id crash handler: tags left pending by a session that died with the power.
+        if cell.rec.pending_tags > 0 {
+            if let Err(e) = core.finish_pending_tags(&mut cell) {
+                drop(cell);
+                core.mark_detached_after_failure();
+                return Err(e);
+            }
+        }
+        drop(cell);
         if design.whole() {
             // WEDI: decrypt and verify the whole PMO now.
             let n = core.rt.npages as usize;
@@ -175,6 +185,16 @@ impl Session {
             out.copy_from_slice(&g.0[a..a + PAGE]);
             return Ok(());
         }
+        if let Some(p) = c
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&page)
+        {
+            // Id: psync'd, checksum not yet updated: the shadow copy is authoritative.
+            out.copy_from_slice(&p[..]);
+            return Ok(());
+        }
         let _io = c.io.read().unwrap_or_else(|e| e.into_inner());
         c.fault_medium(page, out)?;
         c.touched
@@ -214,7 +234,8 @@ impl Session {
                 g.0[a..a + PAGE].copy_from_slice(&d[..]);
             }
         }
-        c.commit(dirty.into_iter())
+        let defer = c.design.defers_checksum() && c.keys.tags_separable();
+        c.commit(dirty.into_iter(), defer)
     }
 
     /// Nonblocking detach: returns at once; the design's detach work (re-encryption for `wedi`
@@ -261,6 +282,10 @@ impl Drop for Session {
         if let Some(core) = self.core.take() {
             // Crash handler: nothing plaintext is on the medium; scrub the TSC and detach.
             core.rt.lock_gate().busy += 1;
+            // The LOaPP crash handler: finish the Id checksum update (we still hold the key).
+            if let Err(e) = core.update_checksums() {
+                log::warn!("crash handler for {:?}: {e}", core.rt.name);
+            }
             if let Err(e) = core.shadow_scrub() {
                 log::warn!("crash handler for {:?}: {e}", core.rt.name);
             }
@@ -318,29 +343,34 @@ impl Core {
         Ok(())
     }
 
-    /// The psync engine: encrypt into the TSC (EP), commit (TC), copy, back to W.
+    /// The psync engine for plaintext pages: encrypt each under the new epoch, then commit.
+    /// `defer` (Id designs) skips the tags: leaves get a zero tag and the plaintext stays in the
+    /// session until the checksum update (UC) at detach.
     fn commit<'a>(
         &self,
         pages: impl Iterator<Item = (u64, &'a [u8; PAGE])>,
+        defer: bool,
     ) -> Result<(), StoreError> {
-        let m = &*self.store.m;
-        let geo = self.rt.geometry();
+        let uid = self.keys.params().uid;
         let mut cell = self.rt.lock_rec();
         let epoch = cell.rec.next_epoch.max(cell.rec.epoch + 1);
-        let uid = self.keys.params().uid;
-        // Encrypt every dirty page under its new version.
         let mut cts: Vec<(u64, Box<[u8; PAGE]>)> = Vec::new();
         let mut leaves = BTreeMap::new();
+        let mut kept = Vec::new();
         for (p, plain) in pages {
+            let id = PageId {
+                uid,
+                page: p as u32,
+                version: epoch,
+            };
             let mut ct = Box::new(*plain);
-            let tag = self.keys.seal_page(
-                PageId {
-                    uid,
-                    page: p as u32,
-                    version: epoch,
-                },
-                &mut ct,
-            )?;
+            let tag = if defer {
+                self.keys.encrypt_page(id, &mut ct)?;
+                kept.push((p, Box::new(*plain)));
+                [0u8; 32]
+            } else {
+                self.keys.seal_page(id, &mut ct)?
+            };
             leaves.insert(
                 p,
                 Leaf {
@@ -353,9 +383,67 @@ impl Core {
         if cts.is_empty() {
             return Ok(());
         }
+        if !defer {
+            let pending_after = {
+                // Pages rewritten with a tag are no longer pending.
+                let pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                pend.keys().filter(|p| !leaves.contains_key(p)).count() as u64
+            };
+            self.commit_changes(&mut cell, epoch, &cts, &leaves, pending_after)?;
+            let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            for p in leaves.keys() {
+                if let Some(mut old) = pend.remove(p) {
+                    old.zeroize();
+                }
+            }
+            return Ok(());
+        }
+        // Id: the kept plaintext must serve faults as soon as the untagged leaves are visible,
+        // so it goes in first and comes out again if the commit fails.
+        let (previous, pending_after) = {
+            let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut previous = Vec::new();
+            for (p, plain) in kept {
+                previous.push((p, pend.insert(p, plain)));
+            }
+            (previous, pend.len() as u64)
+        };
+        let r = self.commit_changes(&mut cell, epoch, &cts, &leaves, pending_after);
+        let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        for (p, old) in previous {
+            match (&r, old) {
+                (Ok(()), Some(mut o)) => o.zeroize(),
+                (Ok(()), None) => {}
+                (Err(_), Some(o)) => {
+                    if let Some(mut new) = pend.insert(p, o) {
+                        new.zeroize();
+                    }
+                }
+                (Err(_), None) => {
+                    if let Some(mut new) = pend.remove(&p) {
+                        new.zeroize();
+                    }
+                }
+            }
+        }
+        r
+    }
+
+    /// EP: reserve the epoch and write the journal into the TSC; TC: commit the record; copy the
+    /// journal to primaries and tree; back to R/W.
+    fn commit_changes(
+        &self,
+        cell: &mut super::RecCell,
+        epoch: u64,
+        cts: &[(u64, Box<[u8; PAGE]>)],
+        leaves: &BTreeMap<u64, Leaf>,
+        pending_after: u64,
+    ) -> Result<(), StoreError> {
+        let m = &*self.store.m;
+        let geo = self.rt.geometry();
         let up: TreeUpdate = self
             .tree
-            .plan(&self.rt.layout, m, self.meta_off(), &leaves)
+            .plan(&self.rt.layout, m, self.meta_off(), leaves)
             .map_err(|e| StoreError::Corrupt {
                 name: self.rt.name.clone(),
                 why: e.to_string(),
@@ -371,14 +459,18 @@ impl Core {
         cell.rec.state = PmoState::EncryptPersist;
         cell.rec.next_epoch = epoch + 1;
         cell.rec.tsc_dirty = cell.rec.tsc_dirty.max(jlen);
-        self.store.write_rec(&self.rt, &mut cell)?;
+        self.store.write_rec(&self.rt, cell)?;
         let tsc = self.rt.ext_off + geo.tsc_rel();
         let mut w = JournalWriter::new(m, tsc, geo.tsc_len);
-        for (p, ct) in &cts {
-            w.append(p * PAGE as u64, &ct[..])?;
+        let mut entries: Vec<(u64, &[u8])> = Vec::with_capacity(cts.len() + up.groups.len());
+        for (p, ct) in cts {
+            entries.push((p * PAGE as u64, &ct[..]));
         }
         for ((k, g), bytes) in &up.groups {
-            w.append(geo.meta_rel() + self.rt.layout.group_range(*k, *g).0, bytes)?;
+            entries.push((geo.meta_rel() + self.rt.layout.group_range(*k, *g).0, bytes));
+        }
+        for (dest, data) in &entries {
+            w.append(*dest, data)?;
         }
         let (len, sum) = w.finish(epoch)?;
         // TC: the commit point.
@@ -388,16 +480,10 @@ impl Core {
         cell.rec.root_mac = self.keys.root_mac(epoch, self.rt.npages, &up.root);
         cell.rec.journal_len = len;
         cell.rec.journal_sum = sum;
-        self.store.write_rec(&self.rt, &mut cell)?;
+        cell.rec.pending_tags = pending_after;
+        self.store.write_rec(&self.rt, cell)?;
         {
             let _io = self.io.write().unwrap_or_else(|e| e.into_inner());
-            let mut entries: Vec<(u64, &[u8])> = Vec::with_capacity(cts.len() + up.groups.len());
-            for (p, ct) in &cts {
-                entries.push((p * PAGE as u64, &ct[..]));
-            }
-            for ((k, g), bytes) in &up.groups {
-                entries.push((geo.meta_rel() + self.rt.layout.group_range(*k, *g).0, bytes));
-            }
             journal::apply_entries(m, self.rt.ext_off, &entries)?;
             self.tree.apply(&up);
         }
@@ -407,12 +493,110 @@ impl Core {
             PmoState::Write
         };
         cell.rec.journal_len = 0;
-        self.store.write_rec(&self.rt, &mut cell)?;
+        self.store.write_rec(&self.rt, cell)?;
         Ok(())
+    }
+
+    /// UC: compute the deferred tags of every pending page (its ciphertext is re-derived from the
+    /// kept plaintext: XTS is deterministic for a given tweak) and commit them with the tree.
+    fn update_checksums(&self) -> Result<(), StoreError> {
+        let pend: Vec<(u64, Box<[u8; PAGE]>)> = {
+            let mut g = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::take(&mut *g).into_iter().collect()
+        };
+        if pend.is_empty() {
+            return Ok(());
+        }
+        let uid = self.keys.params().uid;
+        let m = &*self.store.m;
+        let mut leaves = BTreeMap::new();
+        for (p, plain) in &pend {
+            let leaf = self
+                .tree
+                .leaf(&self.rt.layout, m, self.meta_off(), *p)
+                .map_err(integrity(*p))?;
+            let id = PageId {
+                uid,
+                page: *p as u32,
+                version: leaf.version,
+            };
+            let mut ct = Box::new(**plain);
+            self.keys.encrypt_page(id, &mut ct)?;
+            let tag = self.keys.tag_page(id, &ct)?;
+            leaves.insert(
+                *p,
+                Leaf {
+                    version: leaf.version,
+                    tag,
+                },
+            );
+        }
+        let r = {
+            let mut cell = self.rt.lock_rec();
+            let epoch = cell.rec.next_epoch.max(cell.rec.epoch + 1);
+            self.commit_changes(&mut cell, epoch, &[], &leaves, 0)
+        };
+        match r {
+            Ok(()) => {
+                for (_, mut plain) in pend {
+                    plain.zeroize();
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // Keep them for a retry by the crash handler.
+                let mut g = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                for (p, plain) in pend {
+                    g.insert(p, plain);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Crash handler of the Id designs after a power loss: tags of pages psync'd but never
+    /// checksummed are computed from the ciphertext on the medium (the paper's CrH; it trusts
+    /// the medium for those pages, see docs/store.md).
+    fn finish_pending_tags(&self, cell: &mut super::RecCell) -> Result<(), StoreError> {
+        let m = &*self.store.m;
+        let uid = self.keys.params().uid;
+        let mut leaves = BTreeMap::new();
+        let mut ct = Box::new([0u8; PAGE]);
+        for p in 0..self.rt.npages {
+            let leaf = self
+                .tree
+                .leaf(&self.rt.layout, m, self.meta_off(), p)
+                .map_err(integrity(p))?;
+            if leaf.version == 0 || leaf.tag != [0u8; 32] {
+                continue;
+            }
+            m.read(self.rt.ext_off + p * PAGE as u64, &mut ct[..])?;
+            let id = PageId {
+                uid,
+                page: p as u32,
+                version: leaf.version,
+            };
+            let tag = self.keys.tag_page(id, &ct)?;
+            leaves.insert(
+                p,
+                Leaf {
+                    version: leaf.version,
+                    tag,
+                },
+            );
+        }
+        let epoch = cell.rec.next_epoch.max(cell.rec.epoch + 1);
+        if leaves.is_empty() {
+            cell.rec.pending_tags = 0;
+            return self.store.write_rec(&self.rt, cell);
+        }
+        self.commit_changes(cell, epoch, &[], &leaves, 0)
     }
 
     /// Detach work of the design, then the shadow scrub.
     fn detach_work(&self) -> Result<(), StoreError> {
+        // UC (Id designs): the deferred checksums.
+        self.update_checksums()?;
         if self.perm == Perm::Write {
             if let Some(plain) = &self.plain {
                 // WED/Ip: encrypt the whole PMO at detach.
@@ -422,7 +606,7 @@ impl Core {
                         .enumerate()
                         .filter_map(|(i, c)| <&[u8; PAGE]>::try_from(c).ok().map(|a| (i as u64, a)))
                         .collect();
-                self.commit(pages.into_iter())?;
+                self.commit(pages.into_iter(), false)?;
             } else if self.design.reencrypt_touched_at_detach() {
                 // BP: EPP/CPP re-encrypt every touched page.
                 let touched: Vec<u64> = self
@@ -438,7 +622,7 @@ impl Core {
                     self.fault_medium(p, &mut b)?;
                     bufs.push((p, b));
                 }
-                let r = self.commit(bufs.iter().map(|(p, b)| (*p, &**b)));
+                let r = self.commit(bufs.iter().map(|(p, b)| (*p, &**b)), false);
                 for (_, b) in &mut bufs {
                     b.zeroize();
                 }
