@@ -99,9 +99,9 @@ pub(crate) fn run_nested(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> 
         .map_err(|e| RunnerError::io("write job.sh", e))?;
 
     let scale = timeout_scale();
-    let mut budget = L1_BUDGET;
+    let mut budget = L1_BUDGET.mul_f64(scale);
     for s in specs {
-        budget += s.timeout.mul_f64(scale) + PER_VM_BUDGET;
+        budget += (s.timeout + PER_VM_BUDGET).mul_f64(scale);
     }
     let max_guest_mib = specs.iter().map(|s| s.memory_mib).max().unwrap_or(0);
     let pmem_mib: u64 = disks
@@ -151,7 +151,7 @@ pub(crate) fn run_nested(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> 
         let _ = fs::remove_file(b);
     }
     let outcomes = parse_run(&run, specs, attempts, &log_dir)?;
-    write_timings(&log_dir, &run, &outcomes);
+    write_timings(&log_dir, &run, &outcomes, attempts);
     Ok(outcomes)
 }
 
@@ -658,8 +658,13 @@ fn parse_run(
     Ok(outcomes)
 }
 
-fn write_timings(log_dir: &Path, run: &L1Run, outcomes: &[VmOutcome]) {
+fn write_timings(log_dir: &Path, run: &L1Run, outcomes: &[VmOutcome], attempts: u32) {
     let mut s = String::new();
+    if attempts > 1 {
+        s += &format!(
+            "test host attempts: {attempts} (earlier ones timed out, logs in attempt*/ and here)\n"
+        );
+    }
     if let Ok(ready) = run.ready() {
         s += &format!(
             "L1 ready after {:.1} s: {}\n",
