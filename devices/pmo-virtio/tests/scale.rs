@@ -1,0 +1,91 @@
+//! Scale: a full 65,536-slot table of PMOs, and open cost independent of data size.
+
+mod common;
+use common::*;
+use pmo_virtio::crypto::PAGE;
+use pmo_virtio::medium::{CrashMedium, FileMedium, Medium, MediumError};
+use pmo_virtio::store::{Perm, Store, StoreError, StoreOptions, DEFAULT_SLOTS};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Counts bytes read, to show what `open` touches.
+struct Counting<M> {
+    inner: M,
+    read: AtomicU64,
+}
+
+impl<M: Medium> Medium for Counting<M> {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), MediumError> {
+        self.read.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.inner.read(off, buf)
+    }
+    fn write(&self, off: u64, data: &[u8]) -> Result<(), MediumError> {
+        self.inner.write(off, data)
+    }
+    fn persist(&self, off: u64, len: u64) -> Result<(), MediumError> {
+        self.inner.persist(off, len)
+    }
+}
+
+fn bytes_read_by_open(pmo_pages: u64) -> u64 {
+    let (m, s) = fresh(40 << 20);
+    s.create_pmo("p", pmo_pages * PAGE as u64, &key("k"))
+        .unwrap();
+    let w = s.attach("p", Perm::Write, &key("k")).unwrap();
+    let page = page_of(1, 0);
+    w.psync((0..pmo_pages).map(|p| (p, &page))).unwrap();
+    w.detach().wait().unwrap();
+    let c = Arc::new(Counting {
+        inner: CrashMedium::from_image(m.snapshot()),
+        read: AtomicU64::new(0),
+    });
+    let (s2, rep) = Store::open(c.clone() as Arc<dyn Medium>).unwrap();
+    assert!(rep.actions.is_empty());
+    assert_eq!(s2.list().len(), 1);
+    c.read.load(Ordering::Relaxed)
+}
+
+#[test]
+fn open_reads_the_same_bytes_whatever_the_data_size() {
+    let small = bytes_read_by_open(1);
+    let big = bytes_read_by_open(2048); // 8 MiB of data
+    assert_eq!(small, big);
+    assert!(small < 64 << 10, "open read {small} bytes");
+}
+
+#[test]
+fn a_full_table_of_65536_pmos() {
+    let dir = std::path::Path::new("/dev/shm");
+    let dir = if dir.is_dir() {
+        dir.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    let path = dir.join(format!("pmo-scale-{}", std::process::id()));
+    let m: Arc<dyn Medium> = Arc::new(FileMedium::create(&path, 6 << 30).unwrap());
+    let s = Store::create(m, StoreOptions::default()).unwrap();
+    assert_eq!(s.superblock().slots, DEFAULT_SLOTS);
+    let k = key("k");
+    for i in 0..DEFAULT_SLOTS {
+        s.create_pmo(&format!("p{i}"), PAGE as u64, &k).unwrap();
+    }
+    assert!(matches!(
+        s.create_pmo("one-more", PAGE as u64, &k),
+        Err(StoreError::TableFull)
+    ));
+    drop(s);
+    let m: Arc<dyn Medium> = Arc::new(FileMedium::open(&path).unwrap());
+    let (s, rep) = Store::open(m).unwrap();
+    assert_eq!(rep.pmos, DEFAULT_SLOTS as usize);
+    let last = format!("p{}", DEFAULT_SLOTS - 1);
+    let w = s.attach(&last, Perm::Write, &k).unwrap();
+    w.psync([(0u64, &page_of(3, 0))]).unwrap();
+    w.detach().wait().unwrap();
+    s.destroy_pmo("p0", &k).unwrap();
+    s.create_pmo("again", PAGE as u64, &k).unwrap();
+    drop(s);
+    std::fs::remove_file(&path).unwrap();
+}
