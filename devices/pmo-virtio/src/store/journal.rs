@@ -56,14 +56,16 @@ impl<'a> JournalWriter<'a> {
         }
     }
 
-    /// Appends "copy `data` to extent-relative offset `dest`".
-    pub fn append(&mut self, dest: u64, data: &[u8]) -> Result<(), JournalError> {
+    /// Appends "copy `data` to extent-relative offset `dest`". `covered = false` leaves the data
+    /// out of the journal checksum: used for ciphertext pages, which carry their own keyed tag
+    /// (checked at every fault), so hashing them twice per psync buys nothing.
+    pub fn append(&mut self, dest: u64, data: &[u8], covered: bool) -> Result<(), JournalError> {
         let cost = entry_cost(data.len() as u64);
         if self.at + cost > self.cap {
             return Err(JournalError::TooBig(self.at + cost));
         }
         let mut h = Enc::default();
-        h.u64(dest).u32(data.len() as u32).u32(0);
+        h.u64(dest).u32(data.len() as u32).u32(u32::from(!covered));
         self.m.write(self.base + self.at, &h.0)?;
         self.m.write(self.base + self.at + ENTRY_HEAD, data)?;
         let pad = (cost - ENTRY_HEAD) as usize - data.len();
@@ -74,8 +76,10 @@ impl<'a> JournalWriter<'a> {
             )?;
         }
         self.hasher.update(&h.0);
-        self.hasher.update(data);
-        self.hasher.update(&[0u8; 8][..pad]);
+        if covered {
+            self.hasher.update(data);
+            self.hasher.update(&[0u8; 8][..pad]);
+        }
         self.at += cost;
         self.count += 1;
         Ok(())
@@ -146,13 +150,17 @@ fn scan(
         let mut d = Dec::new(&eh);
         let dest = d.u64().map_err(bad)?;
         let elen = d.u32().map_err(bad)? as u64;
+        let flags = d.u32().map_err(bad)?;
+        if flags > 1 {
+            return Err(JournalError::Damaged("entry flags"));
+        }
         let cost = entry_cost(elen);
         if at + cost > len || dest.checked_add(elen).is_none_or(|e| e > limit) {
             return Err(JournalError::Damaged("entry bounds"));
         }
         body.update(&eh);
         let mut off = at + ENTRY_HEAD;
-        let end = at + cost;
+        let end = if flags == 1 { off } else { at + cost };
         while off < end {
             let n = ((end - off) as usize).min(buf.len());
             m.read(base + off, &mut buf[..n])?;

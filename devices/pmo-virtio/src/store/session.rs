@@ -469,8 +469,10 @@ impl Core {
         for ((k, g), bytes) in &up.groups {
             entries.push((geo.meta_rel() + self.rt.layout.group_range(*k, *g).0, bytes));
         }
-        for (dest, data) in &entries {
-            w.append(*dest, data)?;
+        for (i, (dest, data)) in entries.iter().enumerate() {
+            // Pages (the first `cts.len()` entries) are covered by their tags, tree groups by
+            // the journal checksum.
+            w.append(*dest, data, i >= cts.len())?;
         }
         let (len, sum) = w.finish(epoch)?;
         // TC: the commit point.
