@@ -326,3 +326,37 @@ fn id_designs_defer_tags_to_detach_and_recover_after_power_loss() {
         assert!(s2.fsck().problems.is_empty());
     }
 }
+
+#[test]
+fn the_store_file_at_rest_holds_no_plaintext_or_key() {
+    use pmo_virtio::medium::{FileMedium, Medium};
+    use pmo_virtio::store::{Store, StoreOptions};
+    use std::sync::Arc;
+    let path = std::env::temp_dir().join(format!("pmo-atrest-{}", std::process::id()));
+    let k = key("FILE-KEY-MARKER-51c2");
+    let marker = b"FILE-PLAINTEXT-MARKER-9a0f";
+    {
+        let m: Arc<dyn Medium> = Arc::new(FileMedium::create(&path, 8 << 20).unwrap());
+        let s = Store::create(m, StoreOptions { slots: 8 }).unwrap();
+        s.create_pmo("f", 16 * PAGE as u64, &k).unwrap();
+        let mut p = [0u8; PAGE];
+        for c in p.chunks_mut(128) {
+            c[..marker.len()].copy_from_slice(marker);
+        }
+        let w = s.attach("f", Perm::Write, &k).unwrap();
+        w.psync((0..16).map(|i| (i, &p))).unwrap();
+        w.detach().wait().unwrap();
+    }
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(!contains(&bytes, marker));
+    assert!(!contains(&bytes, b"FILE-KEY-MARKER-51c2"));
+    // ...and the data is really there, behind the key.
+    let m: Arc<dyn Medium> = Arc::new(FileMedium::open(&path).unwrap());
+    let (s, _) = Store::open(m).unwrap();
+    let r = s.attach("f", Perm::Read, &k).unwrap();
+    let mut out = [0u8; PAGE];
+    r.fault(15, &mut out).unwrap();
+    assert!(contains(&out, marker));
+    drop(r);
+    std::fs::remove_file(&path).unwrap();
+}
