@@ -745,7 +745,8 @@ static int pmo_mmap(struct file *file, struct vm_area_struct *vma)
 	struct pmo_file *pf = file->private_data;
 	int err = 0;
 
-	if (vma->vm_pgoff || !(vma->vm_flags & VM_SHARED))
+	/* MAP_SHARED of a read-only file keeps VM_MAYSHARE but loses VM_SHARED. */
+	if (vma->vm_pgoff || !(vma->vm_flags & VM_MAYSHARE))
 		return -EINVAL;
 	/* mmap_lock is held: use map_sem, never pf->lock (see pmo_ioc_attach). */
 	down_read(&pf->map_sem);

@@ -230,3 +230,15 @@ fn store_file_never_holds_the_plaintext() {
     // The check can fail: the marker is found where it is plainly written.
     assert!(contains(&[&[0u8; 9][..], marker, &[1, 2]].concat(), marker));
 }
+
+#[test]
+fn fresh_pmo_reads_as_zeros() {
+    let d = tmp("fresh");
+    let s = service(&d.0);
+    assert_eq!(create(&s, "fresh", 16 * 4096, b"k"), Status::Ok);
+    let (st, h, off, _) = attach(&s, "fresh", false, b"k");
+    assert_eq!(st, Status::Ok);
+    // SAFETY: inside the attached slice.
+    assert_eq!(unsafe { *window(&s, off).add(5 * 4096 + 7) }, 0);
+    call(&s, OP_DETACH, &h.to_le_bytes());
+}
