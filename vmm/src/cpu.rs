@@ -383,8 +383,8 @@ fn setup_mce(kvm: &Kvm, fd: &VcpuFd) -> Result<(), (&'static str, std::io::Error
     if r < 0 {
         return Err(("get MCE capabilities", std::io::Error::last_os_error()));
     }
-    let banks = MCE_BANKS.min(supported & 0xff);
-    let cap = banks | (supported & (MCG_CTL_P | MCG_SER_P));
+    // The supported value carries capability bits only; KVM accepts up to 32 banks.
+    let cap = MCE_BANKS | (supported & (MCG_CTL_P | MCG_SER_P));
     // SAFETY: the ioctl reads one u64 from `cap`.
     let r = unsafe { libc::ioctl(fd.as_raw_fd(), KVM_X86_SETUP_MCE as _, &cap) };
     if r < 0 {

@@ -2,15 +2,13 @@
 //!
 //! This crate holds the host-side PMO store: the [`medium`] that persists bytes, the [`crypto`]
 //! that protects pages, and the [`store`] that lays PMOs out on a medium with crash-atomic
-//! psync and recovery. The pager (userfaultfd window) and the virtio protocol build on it.
+//! psync and recovery. On top of it: the [`pager`] (the userfaultfd-backed window that holds
+//! plaintext working copies), the wire [`proto`]col, and the virtio [`device`] that serves it.
 
 pub mod cli_support;
 pub mod crypto;
-#[cfg(feature = "device")]
 pub mod device;
 pub mod medium;
-#[cfg(feature = "device")]
 pub mod pager;
-#[cfg(feature = "device")]
 pub mod proto;
 pub mod store;
