@@ -84,7 +84,7 @@ cp "$guest/libpmo/pmo.h" "$out/pmo.h"
 log "building ${progs[*]}"
 mkdir -p "$out/pmo-bin"
 for p in "${progs[@]}"; do
-    musl-gcc -static -O2 -std=c11 -Wall -Wextra -Werror -I"$guest/libpmo" \
+    musl-gcc -static -O2 -std=c11 -Wall -Wextra -Werror -I"$guest/libpmo" -isystem "$libbuild/uapi" \
         "$guest/tools/$p.c" "$libbuild/libpmo.a" -pthread -o "$out/pmo-bin/$p.tmp" ||
         die "$p build failed"
     if readelf -l "$out/pmo-bin/$p.tmp" | grep -q INTERP; then

@@ -11,21 +11,28 @@
  *   pmo_probe destroybusy NAME      pdestroy of an attached PMO: EBUSY
  *   pmo_probe wb NAME               memset over an attached, faulted PMO vs. a
  *                                   private anonymous buffer (prints the ratio)
+ *   pmo_probe detachmapped NAME     PMO_IOC_DETACH while the mapping exists: a
+ *                                   later access is SIGBUS, the PMO is free again
+ *   pmo_probe crash NAME            a writer killed (SIGKILL) between psyncs:
+ *                                   the PMO is free again and holds the psync'ed data
  * Key from $PMO_KEY.  Prints one line "ok ..." or "fail ..."; exit 0 on ok.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "pmo.h"
+#include "pmo_ioctl.h"
 
 static const char *key;
 
@@ -256,12 +263,114 @@ static int wb(const char *name)
 	return tp <= 3 * tr ? 0 : 1;
 }
 
+/* Raw driver use: attach on @fd and map; returns the mapping or NULL. */
+static unsigned char *raw_attach(int fd, const char *name, size_t *size)
+{
+	struct pmo_ioc_attach a;
+	void *p;
+
+	memset(&a, 0, sizeof(a));
+	strncpy(a.name, name, sizeof(a.name) - 1);
+	a.perm = PMO_PERM_WRITE;
+	a.key_len = strlen(key);
+	memcpy(a.key, key, a.key_len);
+	if (ioctl(fd, PMO_IOC_ATTACH, &a) < 0)
+		return NULL;
+	*size = a.size;
+	p = mmap(NULL, a.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static int detachmapped(const char *name)
+{
+	volatile unsigned char *p;
+	size_t size;
+	pid_t pid;
+	int fd, st;
+	void *again;
+
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		FAIL("fork: %s", strerror(errno));
+	if (pid == 0) {
+		fd = open("/dev/pmo", O_RDWR);
+		if (fd < 0)
+			_exit(3);
+		p = raw_attach(fd, name, &size);
+		if (!p)
+			_exit(4);
+		p[0] = 1;			/* faulted in and writable */
+		if (ioctl(fd, PMO_IOC_DETACH) < 0)
+			_exit(5);
+		if (ioctl(fd, PMO_IOC_PSYNC, &size) == 0 || errno != EINVAL)
+			_exit(6);		/* the fd has no attachment any more */
+		(void)p[0];			/* must not get past this */
+		_exit(7);
+	}
+	if (waitpid(pid, &st, 0) < 0)
+		FAIL("waitpid: %s", strerror(errno));
+	if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGBUS)
+		FAIL("child %s %d (want SIGBUS)", WIFSIGNALED(st) ? "got signal" : "exited with",
+		     WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	again = attach(name, PMO_WRITE, key);
+	if (!again)
+		FAIL("attach(w) after the detach: %s", strerror(errno));
+	detach(again);
+	printf("ok access after PMO_IOC_DETACH with the mapping still there: SIGBUS; PMO free again\n");
+	return 0;
+}
+
+static int crash(const char *name)
+{
+	static const char good[] = "PSYNCED-STATE", lost[] = "UNSYNCED-DATA";
+	unsigned char *p;
+	pid_t pid;
+	int st, rc = 0;
+
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		FAIL("fork: %s", strerror(errno));
+	if (pid == 0) {
+		p = attach(name, PMO_WRITE, key);
+		if (!p)
+			_exit(3);
+		memcpy(p + 100, good, sizeof(good));
+		if (psync(p) < 0)
+			_exit(4);
+		memcpy(p + 100, lost, sizeof(lost));
+		memcpy(p + 8192, lost, sizeof(lost));
+		raise(SIGKILL);
+		_exit(5);
+	}
+	if (waitpid(pid, &st, 0) < 0)
+		FAIL("waitpid: %s", strerror(errno));
+	if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL)
+		FAIL("writer child did not die by SIGKILL (status %d)",
+		     WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	p = attach(name, PMO_READ, key);
+	if (!p)
+		FAIL("attach(r) after the writer was killed: %s", strerror(errno));
+	if (memcmp(p + 100, good, sizeof(good)) != 0) {
+		printf("fail offset 100 holds \"%.13s\", want the psync'ed \"%s\"\n", p + 100, good);
+		rc = 1;
+	} else if (pmo_size(p) > 8192 + sizeof(lost) && memcmp(p + 8192, lost, sizeof(lost)) == 0) {
+		printf("fail an unsynced write of the killed writer survived\n");
+		rc = 1;
+	}
+	detach(p);
+	if (!rc)
+		printf("ok killed writer: detached by the driver, PMO holds the last psync's data\n");
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	key = getenv("PMO_KEY");
 	if (argc < 3 || !key || !*key) {
 		fprintf(stderr, "usage: PMO_KEY=K pmo_probe wrongkey|rowrite|readers|excl|"
-				"destroybusy|wb NAME [BADKEY]\n");
+				"destroybusy|wb|detachmapped|crash NAME [BADKEY]\n");
 		return 2;
 	}
 	if (!strcmp(argv[1], "wrongkey") && argc == 4)
@@ -276,6 +385,10 @@ int main(int argc, char **argv)
 		return destroybusy(argv[2]);
 	if (!strcmp(argv[1], "wb"))
 		return wb(argv[2]);
+	if (!strcmp(argv[1], "detachmapped"))
+		return detachmapped(argv[2]);
+	if (!strcmp(argv[1], "crash"))
+		return crash(argv[2]);
 	fprintf(stderr, "pmo_probe: unknown check %s\n", argv[1]);
 	return 2;
 }
