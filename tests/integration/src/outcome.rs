@@ -95,6 +95,7 @@ impl VmOutcome {
     }
 
     /// The check called `name`, or a panic listing what the guest did report.
+    #[track_caller]
     pub fn check(&self, name: &str) -> &Check {
         match self.checks.iter().find(|c| c.name == name) {
             Some(c) => c,
@@ -109,6 +110,7 @@ impl VmOutcome {
     }
 
     /// Asserts that check `name` is ok and returns its detail.
+    #[track_caller]
     pub fn assert_ok(&self, name: &str) -> &str {
         let c = self.check(name);
         if !c.ok {
@@ -121,6 +123,7 @@ impl VmOutcome {
     }
 
     /// Asserts that check `name` is ok and its detail is `expected`.
+    #[track_caller]
     pub fn assert_detail(&self, name: &str, expected: &str) {
         let got = self.assert_ok(name);
         if got != expected {
@@ -134,6 +137,7 @@ impl VmOutcome {
     }
 
     /// Asserts that the VMM exited on its own with `code`.
+    #[track_caller]
     pub fn assert_exit(&self, code: i32) {
         if self.timed_out || self.exit_code != Some(code) {
             panic!("{}", self.report(&format!("expected VMM exit code {code}")));
@@ -142,6 +146,7 @@ impl VmOutcome {
 
     /// Asserts that the guest ran all its scenarios (`PMOTEST-DONE`), every check is ok, and
     /// each scenario reported at least one check.
+    #[track_caller]
     pub fn assert_all_ok(&self, scenarios: &[&str]) {
         if !self.done {
             panic!("{}", self.report("the guest never printed PMOTEST-DONE"));
