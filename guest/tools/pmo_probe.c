@@ -15,6 +15,7 @@
  *                                   later access is SIGBUS, the PMO is free again
  *   pmo_probe crash NAME            a writer killed (SIGKILL) between psyncs:
  *                                   the PMO is free again and holds the psync'ed data
+ *   pmo_probe abi NAME              the driver's argument checks (raw ioctls, mmap)
  * Key from $PMO_KEY.  Prints one line "ok ..." or "fail ..."; exit 0 on ok.
  */
 #define _GNU_SOURCE
@@ -365,12 +366,122 @@ static int crash(const char *name)
 	return rc;
 }
 
+/* One raw ioctl expectation: @want 0 for success, else the errno. */
+static int expect(int ok_so_far, const char *what, int rc, int want)
+{
+	int got = rc < 0 ? errno : 0;
+
+	if (got == want)
+		return ok_so_far;
+	printf("fail %s: got %s, want %s\n", what, got ? strerror(got) : "success",
+	       want ? strerror(want) : "success");
+	return 0;
+}
+
+static int abi(const char *name)
+{
+	struct pmo_ioc_create c;
+	struct pmo_ioc_attach a;
+	struct pmo_ioc_list l;
+	struct pmo_ioc_design d;
+	struct pmo_ioc_info info;
+	struct pmo_ioc_psync ps;
+	int fd, ro, ok = 1;
+	void *p;
+
+	fd = open("/dev/pmo", O_RDWR);
+	ro = open("/dev/pmo", O_RDONLY);
+	if (fd < 0 || ro < 0)
+		FAIL("open /dev/pmo: %s", strerror(errno));
+	ok = expect(ok, "INFO", ioctl(fd, PMO_IOC_INFO, &info), 0);
+	if (ok && (info.version != 1 || info.page_size != 4096 || !info.window_size ||
+		   info.max_name_len != 63 || info.max_key_len != 64))
+		FAIL("INFO: version %u page %u window %llu name %u key %u", info.version,
+		     info.page_size, (unsigned long long)info.window_size, info.max_name_len,
+		     info.max_key_len);
+	ok = expect(ok, "unknown ioctl", ioctl(fd, _IO(PMO_IOC_MAGIC, 99)), ENOTTY);
+	ok = expect(ok, "DETACH on a fresh fd", ioctl(fd, PMO_IOC_DETACH), EINVAL);
+	ok = expect(ok, "PSYNC on a fresh fd", ioctl(fd, PMO_IOC_PSYNC, &ps), EINVAL);
+	ok = expect(ok, "mmap of a fresh fd",
+		    mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED ? -1 : 0, EINVAL);
+
+	memset(&c, 0, sizeof(c));
+	c.size = 4096;
+	c.key_len = 1;
+	c.key[0] = 'k';
+	ok = expect(ok, "CREATE empty name", ioctl(fd, PMO_IOC_CREATE, &c), EINVAL);
+	strcpy(c.name, ".hidden");
+	ok = expect(ok, "CREATE leading dot", ioctl(fd, PMO_IOC_CREATE, &c), EINVAL);
+	strcpy(c.name, "bad/name");
+	ok = expect(ok, "CREATE slash", ioctl(fd, PMO_IOC_CREATE, &c), EINVAL);
+	memset(c.name, 'a', sizeof(c.name));
+	ok = expect(ok, "CREATE no NUL", ioctl(fd, PMO_IOC_CREATE, &c), ENAMETOOLONG);
+	memset(c.name, 0, sizeof(c.name));
+	strcpy(c.name, "t-abi-x");
+	c.size = 4097;
+	ok = expect(ok, "CREATE unaligned size", ioctl(fd, PMO_IOC_CREATE, &c), EINVAL);
+	c.size = 0;
+	ok = expect(ok, "CREATE size 0", ioctl(fd, PMO_IOC_CREATE, &c), EINVAL);
+	c.size = 4096;
+	c.key_len = 0;
+	ok = expect(ok, "CREATE key_len 0", ioctl(fd, PMO_IOC_CREATE, &c), EINVAL);
+	c.key_len = 65;
+	ok = expect(ok, "CREATE key_len 65", ioctl(fd, PMO_IOC_CREATE, &c), EINVAL);
+	c.key_len = 1;
+	c.reserved = 1;
+	ok = expect(ok, "CREATE reserved", ioctl(fd, PMO_IOC_CREATE, &c), EINVAL);
+	ok = expect(ok, "CREATE bad pointer", ioctl(fd, PMO_IOC_CREATE, (void *)8), EFAULT);
+
+	memset(&d, 0, sizeof(d));
+	strcpy(d.name, "no such/design");
+	ok = expect(ok, "SET_DESIGN bad chars", ioctl(fd, PMO_IOC_SET_DESIGN, &d), EINVAL);
+	memset(&l, 0, sizeof(l));
+	l.index = 0x7fffffff;
+	ok = expect(ok, "LIST past the end", ioctl(fd, PMO_IOC_LIST, &l), ENOENT);
+
+	memset(&a, 0, sizeof(a));
+	strncpy(a.name, name, sizeof(a.name) - 1);
+	a.key_len = strlen(key);
+	memcpy(a.key, key, a.key_len);
+	a.perm = 3;
+	ok = expect(ok, "ATTACH perm 3", ioctl(fd, PMO_IOC_ATTACH, &a), EINVAL);
+	a.perm = PMO_PERM_WRITE;
+	ok = expect(ok, "ATTACH(w) on an O_RDONLY fd", ioctl(ro, PMO_IOC_ATTACH, &a), EBADF);
+	a.perm = PMO_PERM_READ;
+	ok = expect(ok, "ATTACH(r)", ioctl(ro, PMO_IOC_ATTACH, &a), 0);
+	if (ok && a.size < 4096)
+		FAIL("ATTACH returned size %llu", (unsigned long long)a.size);
+	ok = expect(ok, "second ATTACH on the same fd", ioctl(ro, PMO_IOC_ATTACH, &a), EINVAL);
+	ok = expect(ok, "mmap of the wrong length",
+		    mmap(NULL, a.size + 4096, PROT_READ, MAP_SHARED, ro, 0) == MAP_FAILED ? -1 : 0,
+		    EINVAL);
+	ok = expect(ok, "mmap at an offset",
+		    mmap(NULL, a.size, PROT_READ, MAP_SHARED, ro, 4096) == MAP_FAILED ? -1 : 0,
+		    EINVAL);
+	ok = expect(ok, "mmap MAP_PRIVATE",
+		    mmap(NULL, a.size, PROT_READ, MAP_PRIVATE, ro, 0) == MAP_FAILED ? -1 : 0,
+		    EINVAL);
+	p = mmap(NULL, a.size, PROT_READ, MAP_SHARED, ro, 0);
+	ok = expect(ok, "mmap of the read attachment", p == MAP_FAILED ? -1 : 0, 0);
+	if (p != MAP_FAILED)
+		munmap(p, a.size);
+	ok = expect(ok, "DETACH", ioctl(ro, PMO_IOC_DETACH), 0);
+	ok = expect(ok, "DETACH twice", ioctl(ro, PMO_IOC_DETACH), EINVAL);
+	ok = expect(ok, "ATTACH after DETACH on the same fd", ioctl(ro, PMO_IOC_ATTACH, &a),
+		    EINVAL);
+	close(fd);
+	close(ro);
+	if (ok)
+		printf("ok INFO, bad names/sizes/keys/reserved/perm, fd binding, mmap checks\n");
+	return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	key = getenv("PMO_KEY");
 	if (argc < 3 || !key || !*key) {
 		fprintf(stderr, "usage: PMO_KEY=K pmo_probe wrongkey|rowrite|readers|excl|"
-				"destroybusy|wb|detachmapped|crash NAME [BADKEY]\n");
+				"destroybusy|wb|detachmapped|crash|abi NAME [BADKEY]\n");
 		return 2;
 	}
 	if (!strcmp(argv[1], "wrongkey") && argc == 4)
@@ -389,6 +500,8 @@ int main(int argc, char **argv)
 		return detachmapped(argv[2]);
 	if (!strcmp(argv[1], "crash"))
 		return crash(argv[2]);
+	if (!strcmp(argv[1], "abi"))
+		return abi(argv[2]);
 	fprintf(stderr, "pmo_probe: unknown check %s\n", argv[1]);
 	return 2;
 }
