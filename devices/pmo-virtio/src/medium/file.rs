@@ -30,6 +30,9 @@ unsafe impl Send for FileMedium {}
 // SAFETY: see above; `&self` methods only copy bytes in and out of the mapping.
 unsafe impl Sync for FileMedium {}
 
+/// Smallest range `zero` deallocates instead of overwriting.
+const PUNCH_MIN: u64 = 1 << 20;
+
 fn io(what: &'static str) -> MediumError {
     MediumError::Io {
         what,
@@ -266,7 +269,9 @@ impl Medium for FileMedium {
         let ps = page_size();
         let a = off.div_ceil(ps) * ps;
         let b = (off + len) / ps * ps;
-        if b > a {
+        // Punching a hole unmaps the range from every process mapping it (a TLB shootdown that
+        // can stall for milliseconds on a busy host); only worth it for large ranges.
+        if b > a && b - a >= PUNCH_MIN {
             // Punch out whole pages: the file stays sparse and the bytes read back as zero.
             // SAFETY: plain fallocate on our own descriptor.
             let r = unsafe {
@@ -335,6 +340,17 @@ mod tests {
         m.read(5 << 20, &mut b).unwrap();
         assert_eq!(b, [0; 5]);
         assert!(m.write((1 << 30) - 2, b"xyz").is_err());
+        // A large scrub gives the space back to the file system.
+        m.write(64 << 20, &vec![7u8; 4 << 20]).unwrap();
+        m.persist(64 << 20, 4 << 20).unwrap();
+        let used = |p: &std::path::Path| std::fs::metadata(p).unwrap().blocks() * 512;
+        assert!(used(&path) >= 4 << 20);
+        m.zero(64 << 20, 4 << 20).unwrap();
+        m.persist(64 << 20, 4 << 20).unwrap();
+        assert!(used(&path) < 1 << 20);
+        let mut b2 = [1u8; 16];
+        m.read((66 << 20) + 5, &mut b2).unwrap();
+        assert_eq!(b2, [0u8; 16]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
