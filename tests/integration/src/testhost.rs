@@ -621,6 +621,14 @@ fn parse_run(
     if !errors.is_empty() {
         return Err(fail(errors.join("; ")));
     }
+    // QEMU ended on its own (no host timeout) but L1 never finished the job: L1 crashed
+    // (e.g. out of memory, or a kernel panic caused by the VMM), which is no VM timeout.
+    if !lines.iter().any(|l| l.text.starts_with("@@TESTHOST-DONE")) && !run.captured.timed_out {
+        return Err(fail(format!(
+            "L1 stopped before finishing its job (QEMU exit status {:?})",
+            run.captured.status.and_then(|s| s.code())
+        )));
+    }
     let mut outcomes = Vec::new();
     for (i, (spec, f)) in specs.iter().zip(frames).enumerate() {
         if f.begun.is_none() {
@@ -748,5 +756,27 @@ mod tests {
         assert_eq!(o[1].exit_code, None);
         assert!(o[1].timed_out);
         assert_eq!(o[1].vmm_stderr, "some error");
+    }
+
+    #[test]
+    fn a_test_host_that_dies_midway_is_an_error() {
+        let run = L1Run {
+            captured: Captured {
+                status: None,
+                timed_out: false,
+                stdout: vec![
+                    line("@@TESTHOST-READY kvm=yes", 4),
+                    line("@@VM-BEGIN 0", 5),
+                    line("Kernel panic - not syncing: Out of memory", 9),
+                ],
+                stderr: Vec::new(),
+                elapsed: Duration::from_secs(10),
+            },
+            log: PathBuf::from("/nonexistent/l1.log"),
+        };
+        let err = parse_run(&run, &[VmSpec::new("a")], 1, Path::new("/nonexistent")).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("before finishing"), "{msg}");
+        assert!(msg.contains("Out of memory"), "{msg}");
     }
 }
