@@ -16,6 +16,8 @@
  *   pmo_probe crash NAME            a writer killed (SIGKILL) between psyncs:
  *                                   the PMO is free again and holds the psync'ed data
  *   pmo_probe abi NAME              the driver's argument checks (raw ioctls, mmap)
+ *   pmo_probe stats NAME            touch 4 pages of a write attachment and psync:
+ *                                   the host's statistics count them
  *   pmo_probe rebind NAME           unbind the driver from the device while a PMO is
  *                                   attached and mapped (the removal/reset path):
  *                                   psync gives ENODEV, an access SIGBUS; after a
@@ -482,6 +484,43 @@ static int abi(const char *name)
 	return ok ? 0 : 1;
 }
 
+static int stats(const char *name)
+{
+	volatile unsigned char *p = attach(name, PMO_WRITE, key);
+	struct pmo_stat st;
+	size_t n;
+	int i;
+
+	if (!p)
+		FAIL("attach(w): %s", strerror(errno));
+	n = pmo_size((void *)p);
+	if (n < 4 * 4096)
+		FAIL("PMO too small for this check");
+	for (i = 0; i < 4; i++)
+		p[i * 4096 + 7] = (unsigned char)(i + 1);
+	if (psync((void *)p) < 0)
+		FAIL("psync: %s", strerror(errno));
+	if (pmo_stat((void *)p, &st) < 0)
+		FAIL("pmo_stat: %s", strerror(errno));
+	detach((void *)p);
+	if (st.size != n)
+		FAIL("stat size %llu, attached %zu", (unsigned long long)st.size, n);
+	if (st.pages_decrypted + st.pages_prefetched < 4 || st.faults < 1 || st.psyncs != 1 ||
+	    st.psync_pages < 4 || st.perm != PMO_WRITE || st.integrity_failures)
+		FAIL("after touching 4 pages and one psync: faults %llu decrypted %llu prefetched %llu "
+		     "psyncs %llu psync_pages %llu perm %d integrity_failures %llu",
+		     (unsigned long long)st.faults, (unsigned long long)st.pages_decrypted,
+		     (unsigned long long)st.pages_prefetched, (unsigned long long)st.psyncs,
+		     (unsigned long long)st.psync_pages, st.perm,
+		     (unsigned long long)st.integrity_failures);
+	printf("ok faults %llu decrypted %llu prefetched %llu psyncs %llu psync_pages %llu "
+	       "fault_ns_total %llu\n",
+	       (unsigned long long)st.faults, (unsigned long long)st.pages_decrypted,
+	       (unsigned long long)st.pages_prefetched, (unsigned long long)st.psyncs,
+	       (unsigned long long)st.psync_pages, (unsigned long long)st.fault_ns_total);
+	return 0;
+}
+
 static sigjmp_buf bus_jmp;
 
 static void on_sigbus(int sig)
@@ -572,7 +611,7 @@ int main(int argc, char **argv)
 	key = getenv("PMO_KEY");
 	if (argc < 3 || !key || !*key) {
 		fprintf(stderr, "usage: PMO_KEY=K pmo_probe wrongkey|rowrite|readers|excl|"
-				"destroybusy|wb|detachmapped|crash|abi|rebind NAME [BADKEY]\n");
+				"destroybusy|wb|detachmapped|crash|abi|rebind|stats NAME [BADKEY]\n");
 		return 2;
 	}
 	if (!strcmp(argv[1], "wrongkey") && argc == 4)
@@ -595,6 +634,8 @@ int main(int argc, char **argv)
 		return abi(argv[2]);
 	if (!strcmp(argv[1], "rebind"))
 		return rebind(argv[2]);
+	if (!strcmp(argv[1], "stats"))
+		return stats(argv[2]);
 	fprintf(stderr, "pmo_probe: unknown check %s\n", argv[1]);
 	return 2;
 }
