@@ -17,6 +17,7 @@ pub(crate) fn run_direct(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> 
         .join("+");
     let log_dir = env.new_log_dir(&format!("direct-{label}"))?;
     let _lock = env.lock()?;
+    crate::spec::ensure_pmo_stores(&pmovmm, specs)?;
     let mut outcomes = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
         spec.validate().map_err(|detail| RunnerError::InvalidSpec {
@@ -32,7 +33,8 @@ pub(crate) fn run_direct(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> 
             None => env.initrd()?,
         };
         let pmem: Vec<_> = spec.pmem.iter().map(|p| p.path.clone()).collect();
-        let args = vmm_args(spec, &kernel, &initrd, &pmem);
+        let store = spec.pmo_store.as_ref().map(|s| s.path.as_path());
+        let args = vmm_args(spec, &kernel, &initrd, &pmem, store);
         let mut cmd = Command::new(&pmovmm);
         cmd.args(&args);
         let _ = std::fs::write(log_dir.join(format!("vm{i}-cmd.txt")), format!("{cmd:?}\n"));

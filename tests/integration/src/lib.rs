@@ -66,8 +66,10 @@ pub fn run_shell(spec: &VmSpec) -> Result<Option<i32>> {
                 None => env.initrd()?,
             };
             let pmem: Vec<_> = spec.pmem.iter().map(|p| p.path.clone()).collect();
+            spec::ensure_pmo_stores(&pmovmm, std::slice::from_ref(&spec))?;
+            let store = spec.pmo_store.as_ref().map(|s| s.path.as_path());
             let status = Command::new(&pmovmm)
-                .args(spec::vmm_args(&spec, &kernel, &initrd, &pmem))
+                .args(spec::vmm_args(&spec, &kernel, &initrd, &pmem, store))
                 .status()
                 .map_err(|source| RunnerError::Spawn {
                     program: pmovmm.display().to_string(),

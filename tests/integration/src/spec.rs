@@ -31,6 +31,9 @@ pub struct VmSpec {
     pub cmdline_extra: Vec<String>,
     /// pmem devices in order: the first is the guest's /dev/pmem0.
     pub pmem: Vec<PmemSpec>,
+    /// The PMO store (`--pmo-store`): formatted on the host with `pmovmm store create` when
+    /// missing (`size` is its size then), and moved in and out of the test host like a pmem file.
+    pub pmo_store: Option<PmemSpec>,
     /// More `pmovmm run` arguments, appended last.
     pub extra_args: Vec<String>,
     /// How long the VM may run, from the VMM's start to its exit.
@@ -64,6 +67,7 @@ impl VmSpec {
             params: Vec::new(),
             cmdline_extra: Vec::new(),
             pmem: Vec::new(),
+            pmo_store: None,
             extra_args: Vec::new(),
             timeout: DEFAULT_VM_TIMEOUT,
             kernel: None,
@@ -122,6 +126,20 @@ impl VmSpec {
         self
     }
 
+    /// Gives the VM the PMO device with the store at `path` (created with `size` if missing).
+    pub fn pmo_store(mut self, path: impl Into<PathBuf>, size: u64) -> Self {
+        self.pmo_store = Some(PmemSpec {
+            path: path.into(),
+            size: Some(size),
+        });
+        self
+    }
+
+    /// Host files the VM uses: its pmem files, then its PMO store.
+    pub(crate) fn host_files(&self) -> impl Iterator<Item = &PmemSpec> {
+        self.pmem.iter().chain(self.pmo_store.iter())
+    }
+
     /// Appends `pmovmm run` arguments.
     pub fn extra_arg(mut self, arg: impl Into<String>) -> Self {
         self.extra_args.push(arg.into());
@@ -175,6 +193,48 @@ impl VmSpec {
     }
 }
 
+/// Formats every missing PMO store of `specs` with `pmovmm store create`, on this machine,
+/// before any VM starts: the file then has its final size (the test host's disks need that)
+/// and the VMM opens an existing store.
+pub(crate) fn ensure_pmo_stores(pmovmm: &Path, specs: &[VmSpec]) -> crate::error::Result<()> {
+    use crate::error::RunnerError;
+    for spec in specs {
+        let Some(store) = &spec.pmo_store else {
+            continue;
+        };
+        if store.path.exists() {
+            continue;
+        }
+        let size = store.size.ok_or_else(|| RunnerError::InvalidSpec {
+            name: spec.name.clone(),
+            detail: format!(
+                "PMO store {} does not exist and has no size",
+                store.path.display()
+            ),
+        })?;
+        let out = std::process::Command::new(pmovmm)
+            .args(["store", "create"])
+            .arg(&store.path)
+            .args(["--size", &format_size(size)])
+            .output()
+            .map_err(|source| RunnerError::Spawn {
+                program: pmovmm.display().to_string(),
+                source,
+            })?;
+        if !out.status.success() {
+            return Err(RunnerError::InvalidSpec {
+                name: spec.name.clone(),
+                detail: format!(
+                    "pmovmm store create {}: {}",
+                    store.path.display(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Formats a byte count the way `pmovmm --pmem FILE,SIZE` and `--memory` take it.
 pub fn format_size(bytes: u64) -> String {
     const K: u64 = 1024;
@@ -196,6 +256,7 @@ pub(crate) fn vmm_args(
     kernel: &Path,
     initrd: &Path,
     pmem: &[PathBuf],
+    pmo_store: Option<&Path>,
 ) -> Vec<String> {
     let mut args = vec![
         "run".to_string(),
@@ -216,6 +277,11 @@ pub(crate) fn vmm_args(
             Some(size) => args.push(format!("{},{}", p.display(), format_size(size))),
             None => args.push(p.display().to_string()),
         }
+    }
+    if let Some(store) = pmo_store {
+        // Formatted before the run (see `ensure_pmo_stores`), so no size here.
+        args.push("--pmo-store".to_string());
+        args.push(store.display().to_string());
     }
     args.push("--console".to_string());
     args.push("stdout".to_string());
@@ -260,10 +326,14 @@ mod tests {
             Path::new("/k"),
             Path::new("/i"),
             &[PathBuf::from("/a"), PathBuf::from("/b")],
+            Some(Path::new("/s")),
         );
         let joined = args.join("|");
+        assert!(joined.contains("|--pmo-store|/s|"));
         assert!(joined.starts_with("run|--kernel|/k|--initrd|/i|--cmdline|console=ttyS0 "));
-        assert!(joined.contains("|--memory|1G|--cpus|2|--pmem|/a,64M|--pmem|/b|--console|stdout"));
+        assert!(joined.contains(
+            "|--memory|1G|--cpus|2|--pmem|/a,64M|--pmem|/b|--pmo-store|/s|--console|stdout"
+        ));
     }
 
     #[test]

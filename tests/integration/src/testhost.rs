@@ -93,6 +93,7 @@ pub(crate) fn run_nested(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> 
         .join("+");
     let log_dir = env.new_log_dir(&format!("nested-{label}"))?;
 
+    crate::spec::ensure_pmo_stores(&pmovmm, specs)?;
     let disks = prepare_disks(specs)?;
     let payload = build_payload(env, &pmovmm, specs, &disks)?;
     fs::write(log_dir.join("job.sh"), &payload.job)
@@ -165,7 +166,7 @@ fn prepare_disks(specs: &[VmSpec]) -> Result<Vec<Disk>> {
             name: spec.name.clone(),
             detail,
         })?;
-        for p in &spec.pmem {
+        for p in spec.host_files() {
             let len = fs::metadata(&p.path).map(|m| m.len()).ok();
             let want = p.size.unwrap_or(0).max(len.unwrap_or(0));
             if len.is_none() && p.size.is_none() {
@@ -348,7 +349,28 @@ fn build_payload(env: &Env, pmovmm: &Path, specs: &[VmSpec], disks: &[Disk]) -> 
             used.push(d);
             pmem_in.push(disks[d].inside.clone());
         }
-        let args = vmm_args(spec, Path::new(&k_in), Path::new(&i_in), &pmem_in);
+        let mut store_in = None;
+        if let Some(p) = &spec.pmo_store {
+            if let Some(d) = disks.iter().position(|d| d.host == p.path) {
+                if !copied_in[d] {
+                    job += &format!(
+                        "th_file_in {} {}\n",
+                        disks[d].serial,
+                        sh_quote(&disks[d].inside.display().to_string())
+                    );
+                    copied_in[d] = true;
+                }
+                used.push(d);
+                store_in = Some(disks[d].inside.clone());
+            }
+        }
+        let args = vmm_args(
+            spec,
+            Path::new(&k_in),
+            Path::new(&i_in),
+            &pmem_in,
+            store_in.as_deref(),
+        );
         let secs = spec.timeout.mul_f64(scale).as_secs().max(1);
         if spec.shell {
             job += &format!("th_shell {i} /payload/bin/pmovmm");
@@ -360,6 +382,7 @@ fn build_payload(env: &Env, pmovmm: &Path, specs: &[VmSpec], disks: &[Disk]) -> 
             job += &sh_quote(a);
         }
         job.push('\n');
+        used.sort_unstable();
         used.dedup();
         for d in used {
             job += &format!(
@@ -494,6 +517,7 @@ pub(crate) fn run_shell_nested(env: &Env, spec: &VmSpec) -> Result<Option<i32>> 
     which(QEMU, QEMU_HINT)?;
     let specs = std::slice::from_ref(spec);
     let log_dir = env.new_log_dir(&format!("shell-{}", spec.name))?;
+    crate::spec::ensure_pmo_stores(&pmovmm, specs)?;
     let disks = prepare_disks(specs)?;
     let payload = build_payload(env, &pmovmm, specs, &disks)?;
     fs::write(log_dir.join("job.sh"), &payload.job)

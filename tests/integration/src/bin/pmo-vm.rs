@@ -18,8 +18,12 @@ use std::time::Duration;
 use pmo_integration::{backend, run_shell, run_vms, VmOutcome, VmSpec};
 
 const USAGE: &str = "usage: pmo-vm [--cpus N] [--memory MIB] [--pmem FILE[,SIZE]]... \
-[--param KEY=VALUE]... [--timeout SECS] [--verbose] --boot SCENARIO[,SCENARIO...] [--boot ...]\n   \
-or: pmo-vm [--cpus N] [--memory MIB] [--pmem FILE[,SIZE]]... --shell";
+[--pmo-store FILE[,SIZE]] [--param KEY=VALUE]... [--timeout SECS] [--verbose] \
+--boot SCENARIO[,SCENARIO...] [--boot ...]\n   \
+or: pmo-vm [--cpus N] [--memory MIB] [--pmem FILE[,SIZE]]... [--pmo-store FILE[,SIZE]] --shell";
+
+/// Size of a PMO store the runner formats when `--pmo-store` names a missing file without one.
+const DEFAULT_STORE_SIZE: u64 = 256 << 20;
 
 /// What the command line asks for.
 struct Request {
@@ -67,6 +71,17 @@ fn parse(args: &[String]) -> Result<Request, String> {
                     None => (v.clone(), None),
                 };
                 template = template.pmem(file, size);
+            }
+            "--pmo-store" => {
+                let v = value(a)?;
+                let (file, size) = match v.rsplit_once(',') {
+                    Some((f, s)) => (
+                        f.to_string(),
+                        parse_size(s).ok_or(format!("bad size in --pmo-store {v}"))?,
+                    ),
+                    None => (v.clone(), DEFAULT_STORE_SIZE),
+                };
+                template = template.pmo_store(file, size);
             }
             "--param" => {
                 let v = value(a)?;
