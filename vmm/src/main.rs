@@ -1,9 +1,12 @@
 //! `pmovmm`: a KVM virtual machine monitor for encrypted persistent memory objects.
 
 use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use pmo_virtio::cli_support as store_cli;
+use pmo_virtio::store::CreateOptions;
 
 use pmovmm::config::{ConsoleOutput, RunArgs, VmConfig};
 use pmovmm::exit::ExitReason;
@@ -24,6 +27,119 @@ enum Command {
     /// Exit status: 0 when the guest powers off or reboots, 2 when the guest
     /// kernel panicked, 3 when a vCPU triple-faulted, 1 on VMM errors.
     Run(RunArgs),
+    /// Manage a PMO store file on the host (the guest is not involved).
+    #[command(subcommand)]
+    Store(StoreCommand),
+}
+
+#[derive(Subcommand)]
+enum StoreCommand {
+    /// Format a new store file (refuses to overwrite a non-empty file).
+    Create {
+        file: PathBuf,
+        /// Size of the store, bytes or with a K/M/G/T suffix (sparse on disk).
+        #[arg(long)]
+        size: String,
+        /// PMO table slots: the most PMOs the store can hold [default: 65536].
+        #[arg(long)]
+        slots: Option<u32>,
+    },
+    /// Create a PMO in a store, as the guest's pcreate would.
+    Mkpmo {
+        file: PathBuf,
+        name: String,
+        size: String,
+        #[command(flatten)]
+        key: KeyArg,
+        /// Default design of its attach sessions: wedi, bp-ip, bp-id, sp-ip, sp-id, d.
+        #[arg(long, default_value = "d")]
+        design: String,
+        /// Page cipher and tag: xts-blake3, paper, aes-gcm.
+        #[arg(long, default_value = "xts-blake3")]
+        suite: String,
+    },
+    /// List the PMOs in a store.
+    Ls { file: PathBuf },
+    /// Show the store's on-media layout and every PMO record (no key needed).
+    Inspect { file: PathBuf },
+    /// Run recovery and a keyless structural check of every PMO.
+    Fsck { file: PathBuf },
+    /// Destroy a PMO: its data is scrubbed and its space reclaimed.
+    Destroy {
+        file: PathBuf,
+        name: String,
+        #[command(flatten)]
+        key: KeyArg,
+    },
+}
+
+/// Keys come from a file, never from the command line (where `ps` would show them).
+#[derive(Args)]
+struct KeyArg {
+    /// File holding the PMO's key (its bytes, up to 64; a trailing newline is dropped).
+    #[arg(long, value_name = "FILE")]
+    key_file: PathBuf,
+}
+
+fn store(cmd: StoreCommand) -> Result<(), String> {
+    let mut out = std::io::stdout();
+    let mut err = std::io::stderr();
+    let e = |e: store_cli::CliError| e.to_string();
+    match cmd {
+        StoreCommand::Create { file, size, slots } => {
+            refuse_overwrite(&file)?;
+            let size = store_cli::parse_size(&size).map_err(e)?;
+            store_cli::store_create(&file, size, slots, &mut out, &mut err).map_err(e)?;
+        }
+        StoreCommand::Mkpmo {
+            file,
+            name,
+            size,
+            key,
+            design,
+            suite,
+        } => {
+            let opts = CreateOptions {
+                design: store_cli::parse_design(&design).map_err(e)?,
+                suite: store_cli::parse_suite(&suite).map_err(e)?,
+            };
+            let size = store_cli::parse_size(&size).map_err(e)?;
+            let key = store_cli::read_key_file(&key.key_file).map_err(e)?;
+            store_cli::pmo_create(&file, &name, size, &key, opts, &mut out).map_err(e)?;
+        }
+        StoreCommand::Ls { file } => {
+            store_cli::store_ls(&file, &mut out).map_err(e)?;
+        }
+        StoreCommand::Inspect { file } => {
+            store_cli::store_inspect(&file, &mut out).map_err(e)?;
+        }
+        StoreCommand::Fsck { file } => {
+            let report = store_cli::store_fsck(&file, &mut out, &mut err).map_err(e)?;
+            if !report.problems.is_empty() {
+                return Err(format!(
+                    "{}: {} problem(s) found",
+                    file.display(),
+                    report.problems.len()
+                ));
+            }
+        }
+        StoreCommand::Destroy { file, name, key } => {
+            let key = store_cli::read_key_file(&key.key_file).map_err(e)?;
+            store_cli::store_destroy(&file, &name, &key, &mut out).map_err(e)?;
+        }
+    }
+    Ok(())
+}
+
+/// Formatting truncates: never do it to a file that holds anything.
+fn refuse_overwrite(file: &Path) -> Result<(), String> {
+    match std::fs::metadata(file) {
+        Ok(m) if m.len() > 0 => Err(format!(
+            "{}: exists and is not empty; refusing to format over it",
+            file.display()
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn machine_config(cfg: VmConfig) -> MachineConfig {
@@ -68,13 +184,15 @@ fn main() -> ExitCode {
         .format_target(false)
         .init();
     let cli = Cli::parse();
-    match cli.command {
-        Command::Run(args) => match run(&args) {
-            Ok(never) => match never {},
-            Err(msg) => {
-                eprintln!("pmovmm: {msg}");
-                ExitCode::FAILURE
-            }
-        },
+    let result = match cli.command {
+        Command::Run(args) => run(&args).map(|never| match never {}),
+        Command::Store(cmd) => store(cmd),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("pmovmm: {msg}");
+            ExitCode::FAILURE
+        }
     }
 }
