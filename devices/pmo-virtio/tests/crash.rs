@@ -277,3 +277,43 @@ fn crash_during_recovery_is_recovered_again() {
         }
     }
 }
+
+/// Id designs after a power loss: the crash handler runs at the next attach (it needs the key).
+/// Crash *that* at each of its persist points too; the PMO must still end up as of the psync.
+#[test]
+fn crash_during_the_id_crash_handler_at_attach() {
+    for design in [Design::BpId, Design::SpId] {
+        let old = content(1, &[0, 1, 2, 3], &zero());
+        let new = content(2, &[1, 2, 6], &old);
+        let (m, s) = setup_pmo(design, Suite::XtsBlake3)();
+        let w = s.attach("p", Perm::Write, &key("k")).unwrap();
+        w.psync([1u64, 2, 6].iter().map(|&p| (p, &new[p as usize])))
+            .unwrap();
+        let img = m.crash_image(CrashMode::DropAll); // power loss before detach
+        drop(w);
+        assert!(reopen(img.clone()).1.list()[0].pending_tags > 0);
+        let mut k = 1;
+        loop {
+            let m2 = Arc::new(CrashMedium::from_image(img.clone()));
+            let (s2, _) = Store::open(m2.clone() as Arc<dyn Medium>).unwrap();
+            m2.crash_at_persist(k);
+            let r = s2.attach("p", Perm::Read, &key("k"));
+            let crashed = m2.crashed();
+            drop(r);
+            drop(s2);
+            let (_m3, s3, _) = reopen(m2.crash_image(CrashMode::Random(k)));
+            check_healthy(&s3);
+            assert_eq!(
+                read_all(&s3, "p"),
+                new,
+                "{design:?} crash {k} in the Id crash handler"
+            );
+            assert_eq!(s3.list()[0].pending_tags, 0);
+            if !crashed {
+                break;
+            }
+            k += 1;
+        }
+        assert!(k >= 4, "{design:?}: {k}");
+    }
+}
