@@ -40,7 +40,9 @@ struct Core {
 /// Dropping a session without [`Session::detach`] runs the crash handler: the PMO stays as of its
 /// last psync, encrypted, and becomes detached.
 pub struct Session {
-    core: Option<Arc<Core>>,
+    core: Arc<Core>,
+    /// Set by `detach`, so `drop` knows the crash handler is not needed.
+    detached: bool,
 }
 
 /// Completion of a nonblocking detach.
@@ -142,16 +144,13 @@ impl Session {
             core.plain = Some(RwLock::new(plain));
         }
         Ok(Session {
-            core: Some(Arc::new(core)),
+            core: Arc::new(core),
+            detached: false,
         })
     }
 
     fn core(&self) -> &Arc<Core> {
-        // `core` is only taken by `detach(self)` / `drop`, after which `self` is gone.
-        match &self.core {
-            Some(c) => c,
-            None => unreachable!("session used after detach"),
-        }
+        &self.core
     }
 
     /// Number of pages in the PMO.
@@ -241,12 +240,8 @@ impl Session {
     /// Nonblocking detach: returns at once; the design's detach work (re-encryption for `wedi`
     /// and `bp`, TSC scrub for all) runs in the background. A later attach of the same PMO waits.
     pub fn detach(mut self) -> DetachHandle {
-        let Some(core) = self.core.take() else {
-            return DetachHandle {
-                thread: None,
-                inline: None,
-            };
-        };
+        self.detached = true;
+        let core = self.core.clone();
         core.rt.lock_gate().busy += 1;
         let worker = core.clone();
         let spawned = std::thread::Builder::new()
@@ -279,7 +274,8 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        if let Some(core) = self.core.take() {
+        if !self.detached {
+            let core = &self.core;
             // Crash handler: nothing plaintext is on the medium; scrub the TSC and detach.
             core.rt.lock_gate().busy += 1;
             // The LOaPP crash handler: finish the Id checksum update (we still hold the key).
