@@ -4,7 +4,7 @@
 //! machine. `cargo run --release -p pmo-virtio --example attach_latency [-- 4k,16m,1g]`.
 
 use pmo_virtio::crypto::{UserKey, PAGE};
-use pmo_virtio::medium::{FileMedium, Medium};
+use pmo_virtio::medium::{FileMedium, Medium, PmTiming, TimedMedium};
 use pmo_virtio::store::{Design, Perm, Store, StoreOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,7 +34,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("size   design  runs  attach(min/med us)   psync 1 page   detach+wait      total");
     for (label, size) in sizes {
         let path = dir.join(format!("pmo-latency-{}-{label}", std::process::id()));
-        let m: Arc<dyn Medium> = Arc::new(FileMedium::create(&path, 3 * size + (64 << 20))?);
+        let file = FileMedium::create(&path, 3 * size + (64 << 20))?;
+        // PMO_PM_TIMING="read,write" slowdown factors (the PMBD model), e.g. "2,6".
+        let m: Arc<dyn Medium> = match std::env::var("PMO_PM_TIMING") {
+            Ok(v) => {
+                let mut it = v.split(',').map(|x| x.trim().parse::<f64>());
+                let (Some(Ok(r)), Some(Ok(w))) = (it.next(), it.next()) else {
+                    return Err(format!("PMO_PM_TIMING must be \"read,write\", got {v:?}").into());
+                };
+                let t = PmTiming {
+                    read_factor: r,
+                    write_factor: w,
+                };
+                Arc::new(TimedMedium::new(file, t))
+            }
+            Err(_) => Arc::new(file),
+        };
         let s = Store::create(m, StoreOptions { slots: 16 })?;
         s.create_pmo("f", size, &key)?;
         // Write every page once so attach/fault decrypt real ciphertext.

@@ -144,12 +144,6 @@ impl FileMedium {
         self.mode
     }
 
-    /// Base pointer of the mapping, for zero-copy users. Valid for `len()` bytes while `self`
-    /// lives; callers must respect the store's locking of ranges.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr
-    }
-
     fn flush_lines(&self, off: u64, len: u64) {
         #[cfg(target_arch = "x86_64")]
         {
@@ -214,6 +208,11 @@ impl Drop for FileMedium {
 impl Medium for FileMedium {
     fn len(&self) -> u64 {
         self.len
+    }
+
+    /// The mapping: valid for `len()` bytes while `self` lives.
+    fn as_ptr(&self) -> Option<*mut u8> {
+        Some(self.ptr)
     }
 
     fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), MediumError> {

@@ -54,6 +54,11 @@ pub trait Medium: Send + Sync {
     fn write(&self, off: u64, data: &[u8]) -> Result<(), MediumError>;
     /// Makes every earlier write inside `[off, off+len)` durable, in order with later writes.
     fn persist(&self, off: u64, len: u64) -> Result<(), MediumError>;
+    /// Base of a direct mapping of the whole medium, for zero-copy users, if there is one.
+    /// Dereferencing it is the caller's `unsafe` business and must respect the store's locking.
+    fn as_ptr(&self) -> Option<*mut u8> {
+        None
+    }
     /// Zeroes a range (used to scrub freed space). May deallocate backing storage. Not durable
     /// until persisted.
     fn zero(&self, off: u64, len: u64) -> Result<(), MediumError> {
@@ -93,5 +98,8 @@ impl<M: Medium + ?Sized> Medium for std::sync::Arc<M> {
     }
     fn zero(&self, off: u64, len: u64) -> Result<(), MediumError> {
         (**self).zero(off, len)
+    }
+    fn as_ptr(&self) -> Option<*mut u8> {
+        (**self).as_ptr()
     }
 }

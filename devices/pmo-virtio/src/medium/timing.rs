@@ -71,6 +71,7 @@ impl<M: Medium> Medium for TimedMedium<M> {
     fn zero(&self, off: u64, len: u64) -> Result<(), MediumError> {
         self.inner.zero(off, len)
     }
+    // No `as_ptr`: direct access would bypass the timing model.
 }
 
 #[cfg(test)]
