@@ -637,7 +637,7 @@ impl Store {
                 progress(p + 1, n);
             }
         }
-        zeroize::Zeroize::zeroize(&mut buf);
+        crate::crypto::wipe(&mut buf);
         s.detach().wait()?;
         Ok(bad)
     }

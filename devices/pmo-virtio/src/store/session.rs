@@ -3,17 +3,17 @@
 use super::journal::{self, JournalWriter};
 use super::tree::{Leaf, TreeCache, TreeUpdate};
 use super::{Design, Perm, PmoRt, PmoState, StoreError, StoreInner};
+use crate::crypto::wipe;
 use crate::crypto::{PageId, PmoKeys, PAGE};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock};
-use zeroize::Zeroize;
 
 /// Plaintext of a whole PMO held by a `wedi` session (zeroized on drop).
 struct PlainCopy(Vec<u8>);
 
 impl Drop for PlainCopy {
     fn drop(&mut self) {
-        self.0.zeroize();
+        wipe(&mut self.0);
     }
 }
 
@@ -139,7 +139,7 @@ impl Session {
                     return Err(e);
                 }
                 plain.0[p as usize * PAGE..(p as usize + 1) * PAGE].copy_from_slice(&page);
-                page.zeroize();
+                wipe(&mut page[..]);
             }
             core.plain = Some(RwLock::new(plain));
         }
@@ -305,16 +305,16 @@ impl Core {
         let leaf = match leaf {
             Ok(l) => l,
             Err(e) => {
-                out.zeroize();
+                wipe(&mut out[..]);
                 return Err(e);
             }
         };
         if leaf.version == 0 {
-            out.zeroize();
+            wipe(&mut out[..]);
             return Ok(());
         }
         if let Err(e) = m.read(self.rt.ext_off + page * PAGE as u64, out) {
-            out.zeroize();
+            wipe(&mut out[..]);
             return Err(e.into());
         }
         let id = PageId {
@@ -335,7 +335,7 @@ impl Core {
             }
             self.fault_medium(p, &mut buf)?;
         }
-        buf.zeroize();
+        wipe(&mut buf[..]);
         Ok(())
     }
 
@@ -389,7 +389,7 @@ impl Core {
             let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             for p in leaves.keys() {
                 if let Some(mut old) = pend.remove(p) {
-                    old.zeroize();
+                    wipe(&mut old[..]);
                 }
             }
             return Ok(());
@@ -408,16 +408,16 @@ impl Core {
         let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         for (p, old) in previous {
             match (&r, old) {
-                (Ok(()), Some(mut o)) => o.zeroize(),
+                (Ok(()), Some(mut o)) => wipe(&mut o[..]),
                 (Ok(()), None) => {}
                 (Err(_), Some(o)) => {
                     if let Some(mut new) = pend.insert(p, o) {
-                        new.zeroize();
+                        wipe(&mut new[..]);
                     }
                 }
                 (Err(_), None) => {
                     if let Some(mut new) = pend.remove(&p) {
-                        new.zeroize();
+                        wipe(&mut new[..]);
                     }
                 }
             }
@@ -537,7 +537,7 @@ impl Core {
         match r {
             Ok(()) => {
                 for (_, mut plain) in pend {
-                    plain.zeroize();
+                    wipe(&mut plain[..]);
                 }
                 Ok(())
             }
@@ -622,7 +622,7 @@ impl Core {
                 }
                 let r = self.commit(bufs.iter().map(|(p, b)| (*p, &**b)), false);
                 for (_, b) in &mut bufs {
-                    b.zeroize();
+                    wipe(&mut b[..]);
                 }
                 r?;
             }
