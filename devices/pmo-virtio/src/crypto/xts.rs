@@ -62,10 +62,7 @@ impl XtsCipher {
         let mut tw = [0u8; BATCH * 16];
         for chunk in data.chunks_mut(BATCH * 16) {
             let nblocks = chunk.len() / 16;
-            for out in tw[..chunk.len()].chunks_exact_mut(16) {
-                out.copy_from_slice(&cur.to_le_bytes());
-                cur = gf_double(cur);
-            }
+            cur = fill_tweaks(cur, &mut tw[..chunk.len()]);
             xor_into(chunk, &tw[..chunk.len()]);
             let (blocks, _rest) = Array::slice_as_chunks_mut(chunk);
             debug_assert_eq!(blocks.len(), nblocks);
@@ -111,6 +108,43 @@ fn xor_plain(data: &mut [u8], tw: &[u8]) {
 #[target_feature(enable = "avx2")]
 unsafe fn xor_avx2(data: &mut [u8], tw: &[u8]) {
     xor_plain(data, tw);
+}
+
+/// Writes the tweaks T, T*a, T*a^2, ... into `out` (16 bytes each) and returns the next one.
+/// Four independent chains (each multiplied by a^4) instead of one serial doubling per block.
+#[inline(always)]
+fn fill_tweaks(t0: u128, out: &mut [u8]) -> u128 {
+    let mut l = [t0, 0, 0, 0];
+    for i in 1..4 {
+        l[i] = gf_double(l[i - 1]);
+    }
+    let mut quads = out.chunks_exact_mut(64);
+    for q in &mut quads {
+        q[..16].copy_from_slice(&l[0].to_le_bytes());
+        q[16..32].copy_from_slice(&l[1].to_le_bytes());
+        q[32..48].copy_from_slice(&l[2].to_le_bytes());
+        q[48..].copy_from_slice(&l[3].to_le_bytes());
+        l = [
+            gf_mul_a4(l[0]),
+            gf_mul_a4(l[1]),
+            gf_mul_a4(l[2]),
+            gf_mul_a4(l[3]),
+        ];
+    }
+    // Fewer than four blocks left: continue the first chain serially.
+    let mut cur = l[0];
+    for b in quads.into_remainder().chunks_exact_mut(16) {
+        b.copy_from_slice(&cur.to_le_bytes());
+        cur = gf_double(cur);
+    }
+    cur
+}
+
+/// Multiplies by a^4: shift four bits, fold the nibble that fell off back in with x^7+x^2+x+1.
+#[inline(always)]
+fn gf_mul_a4(t: u128) -> u128 {
+    let c = t >> 124;
+    (t << 4) ^ c ^ (c << 1) ^ (c << 2) ^ (c << 7)
 }
 
 /// Multiplies by alpha (x) in GF(2^128) with the IEEE 1619 little-endian convention.
@@ -165,6 +199,29 @@ mod tests {
                     .map(|i| (i * 7 + unit as usize) as u8)
                     .collect::<Vec<_>>()
             );
+        }
+    }
+
+    #[test]
+    fn matches_the_reference_crate_for_every_length() {
+        use aes::cipher::KeyInit as _;
+        let key: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(91) ^ 0x3c).collect();
+        let mut k = [0u8; 64];
+        k.copy_from_slice(&key);
+        let ours = XtsCipher::new(&k);
+        let reference = xts_mode::Xts128::<Aes256>::new(
+            Aes256::new_from_slice(&key[..32]).unwrap(),
+            Aes256::new_from_slice(&key[32..]).unwrap(),
+        );
+        for blocks in (1..=20).chain([255, 256, 257, 259, 512, 515]) {
+            let plain: Vec<u8> = (0..blocks * 16).map(|i| (i * 13 + blocks) as u8).collect();
+            let mut a = plain.clone();
+            let mut b = plain.clone();
+            ours.encrypt(77u128.to_le_bytes(), &mut a).unwrap();
+            reference.encrypt_sector(&mut b, 77u128.to_le_bytes().into());
+            assert_eq!(a, b, "{blocks} blocks");
+            ours.decrypt(77u128.to_le_bytes(), &mut a).unwrap();
+            assert_eq!(a, plain);
         }
     }
 
