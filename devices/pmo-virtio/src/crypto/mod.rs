@@ -576,6 +576,11 @@ mod tests {
     }
 
     #[test]
+    fn empty_key_is_rejected() {
+        assert!(matches!(UserKey::new(b""), Err(CryptoError::EmptyKey)));
+    }
+
+    #[test]
     fn wipe_clears_every_byte() {
         let mut v = vec![0xA5u8; 3 * PAGE + 7];
         wipe(&mut v);
