@@ -204,3 +204,60 @@ fn whole_pmo_rollback_needs_an_external_counter() {
         "old but self-consistent version accepted"
     );
 }
+
+/// A committed journal (crash between commit and copy) that was edited at rest is refused:
+/// recovery reports it, attach fails, nothing is copied from it. A forged entry count costs no
+/// memory (the journal is streamed).
+#[test]
+fn a_tampered_committed_journal_is_refused() {
+    use pmo_virtio::medium::{CrashMode, Medium};
+    use pmo_virtio::store::{PmoState, RecoveryAction};
+    for edit in ["tree-group-byte", "entry-count"] {
+        let (m, s) = fresh(MEDIUM);
+        s.create_pmo("p", NP * PAGE as u64, &key("k")).unwrap();
+        let w = s.attach("p", Perm::Write, &key("k")).unwrap();
+        // Persist points of this psync: EP record, journal, TC record (commit), copy...
+        m.crash_at_persist(4);
+        assert!(w.psync([(1u64, &page_of(7, 1))]).is_err());
+        drop(w);
+        let img = m.crash_image(CrashMode::DropAll);
+        let (m2, s2, rep) = reopen(img.clone());
+        assert_eq!(
+            rep.actions[0].2,
+            RecoveryAction::RolledForward,
+            "sanity: TC was durable"
+        );
+        drop((m2, s2));
+        // Now the same image with the journal edited.
+        let info = {
+            let (_m, s3, _) = reopen(img.clone());
+            s3.list()[0].clone()
+        };
+        let tsc = info.extent.0 + NP * PAGE as u64 + 4096;
+        let m4 = Arc::new(CrashMedium::from_image(img));
+        match edit {
+            // Last bytes of the journal: inside the tree-group entries, covered by the checksum.
+            "tree-group-byte" => {
+                let mut hdr = [0u8; 32];
+                m4.read(tsc, &mut hdr).unwrap();
+                let jlen = u64::from_le_bytes(hdr[24..32].try_into().unwrap());
+                let at = tsc + jlen - 9;
+                let mut b = [0u8; 1];
+                m4.read(at, &mut b).unwrap();
+                m4.tamper(at, &[b[0] ^ 0x10]);
+            }
+            _ => m4.tamper(tsc + 16, &u64::MAX.to_le_bytes()),
+        }
+        let (s4, rep) = Store::open(m4.clone() as Arc<dyn Medium>).unwrap();
+        assert!(
+            matches!(rep.actions[0].2, RecoveryAction::Damaged(_)),
+            "{edit}: {rep:?}"
+        );
+        assert_eq!(s4.list()[0].state, PmoState::TscCopy);
+        assert!(!s4.fsck().problems.is_empty());
+        assert!(matches!(
+            s4.attach("p", Perm::Read, &key("k")),
+            Err(StoreError::Corrupt { .. })
+        ));
+    }
+}

@@ -103,15 +103,9 @@ impl<'a> JournalWriter<'a> {
     }
 }
 
-/// One decoded entry.
-struct Entry {
-    dest: u64,
-    len: u64,
-    data_at: u64,
-}
-
-/// Reads and checks a committed journal; returns its entries. `limit` bounds destinations
-/// (extent-relative), `cap` the TSC size.
+/// Reads and checks a committed journal; returns its entry count. `limit` bounds destinations
+/// (extent-relative), `cap` the TSC size. Streams: memory use does not depend on what the
+/// (hostile) header claims.
 fn scan(
     m: &dyn Medium,
     base: u64,
@@ -120,7 +114,7 @@ fn scan(
     sum: &[u8; 32],
     epoch: u64,
     limit: u64,
-) -> Result<Vec<Entry>, JournalError> {
+) -> Result<u64, JournalError> {
     if len < HEADER || len > cap {
         return Err(JournalError::Damaged("length"));
     }
@@ -138,7 +132,6 @@ fn scan(
         return Err(JournalError::Damaged("header"));
     }
     let mut body = blake3::Hasher::new();
-    let mut entries = Vec::new();
     let mut at = HEADER;
     let mut buf = vec![0u8; 1 << 16];
     for _ in 0..count {
@@ -167,11 +160,6 @@ fn scan(
             body.update(&buf[..n]);
             off += n as u64;
         }
-        entries.push(Entry {
-            dest,
-            len: elen,
-            data_at: at + ENTRY_HEAD,
-        });
         at += cost;
     }
     if at != len {
@@ -185,7 +173,7 @@ fn scan(
     if x.finalize().as_bytes() != sum {
         return Err(JournalError::Damaged("checksum"));
     }
-    Ok(entries)
+    Ok(count)
 }
 
 /// Copies entries held in memory to `ext_off + dest` and persists them (the psync fast path:
@@ -230,20 +218,40 @@ pub fn apply(
     ext_off: u64,
     limit: u64,
 ) -> Result<(), JournalError> {
-    let entries = scan(m, base, cap, len, sum, epoch, limit)?;
+    let count = scan(m, base, cap, len, sum, epoch, limit)?;
+    // Verified: walk the entries again and copy them, persisting runs of adjacent ranges.
     let mut buf = vec![0u8; 1 << 16];
-    let mut ranges: Vec<(u64, u64)> = Vec::with_capacity(entries.len());
-    for e in &entries {
+    let mut run: Option<(u64, u64)> = None;
+    let mut at = HEADER;
+    for _ in 0..count {
+        let mut eh = [0u8; 16];
+        m.read(base + at, &mut eh)?;
+        let mut d = Dec::new(&eh);
+        let bad = |_| JournalError::Damaged("header");
+        let dest = d.u64().map_err(bad)?;
+        let elen = d.u32().map_err(bad)? as u64;
         let mut done = 0;
-        while done < e.len {
-            let n = ((e.len - done) as usize).min(buf.len());
-            m.read(base + e.data_at + done, &mut buf[..n])?;
-            m.write(ext_off + e.dest + done, &buf[..n])?;
+        while done < elen {
+            let n = ((elen - done) as usize).min(buf.len());
+            m.read(base + at + ENTRY_HEAD + done, &mut buf[..n])?;
+            m.write(ext_off + dest + done, &buf[..n])?;
             done += n as u64;
         }
-        ranges.push((ext_off + e.dest, e.len));
+        let (o, l) = (ext_off + dest, elen);
+        run = match run {
+            Some((ro, rl)) if o >= ro && o <= ro + rl => Some((ro, rl.max(o + l - ro))),
+            Some((ro, rl)) => {
+                m.persist(ro, rl)?;
+                Some((o, l))
+            }
+            None => Some((o, l)),
+        };
+        at += entry_cost(elen);
     }
-    persist_merged(m, ranges)
+    if let Some((ro, rl)) = run {
+        m.persist(ro, rl)?;
+    }
+    Ok(())
 }
 
 /// Checks a committed journal without applying it (fsck).
