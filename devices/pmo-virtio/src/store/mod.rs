@@ -114,6 +114,14 @@ pub enum StoreError {
     /// A journal could not be written.
     #[error(transparent)]
     Journal(#[from] JournalError),
+    /// `wedi` holds the whole plaintext in host memory; this PMO would not fit.
+    #[error("PMO of {size} bytes is too large for design {design} on this host")]
+    TooLargeForDesign {
+        /// Design name.
+        design: &'static str,
+        /// PMO size.
+        size: u64,
+    },
     /// A background detach thread could not be started or died.
     #[error("detach worker failed")]
     Worker,

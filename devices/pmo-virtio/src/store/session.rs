@@ -130,7 +130,19 @@ impl Session {
         if design.whole() {
             // WEDI: decrypt and verify the whole PMO now.
             let n = core.rt.npages as usize;
-            let mut plain = PlainCopy(vec![0u8; n * PAGE]);
+            let bytes = core.rt.npages * PAGE as u64;
+            // SAFETY: sysconf has no memory effects.
+            let phys = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) }.max(0) as u64 * PAGE as u64;
+            let mut v: Vec<u8> = Vec::new();
+            if bytes > phys / 2 || v.try_reserve_exact(n * PAGE).is_err() {
+                core.mark_detached_after_failure();
+                return Err(StoreError::TooLargeForDesign {
+                    design: design.name(),
+                    size: bytes,
+                });
+            }
+            v.resize(n * PAGE, 0);
+            let mut plain = PlainCopy(v);
             for p in 0..n as u64 {
                 let mut page = [0u8; PAGE];
                 let r = core.fault_medium(p, &mut page);
