@@ -360,3 +360,56 @@ fn the_store_file_at_rest_holds_no_plaintext_or_key() {
     drop(r);
     std::fs::remove_file(&path).unwrap();
 }
+
+/// Faults from several threads while psync rewrites primaries and tree of the same session: a
+/// fault sees the old or the new page, never an error or a mix.
+#[test]
+fn faults_race_psync_on_one_session() {
+    for design in [Design::D, Design::SpId] {
+        let (_m, s) = fresh(MEDIUM);
+        let k = key("k");
+        s.create_pmo_with(
+            "a",
+            16 * PAGE as u64,
+            &k,
+            CreateOptions {
+                design,
+                suite: Suite::XtsBlake3,
+            },
+        )
+        .unwrap();
+        let w = s.attach("a", Perm::Write, &k).unwrap();
+        let first: Vec<_> = (0..16).map(|p| page_of(0, p)).collect();
+        w.psync(first.iter().enumerate().map(|(p, d)| (p as u64, d)))
+            .unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|sc| {
+            for t in 0..2u64 {
+                let (w, stop) = (&w, &stop);
+                sc.spawn(move || {
+                    let mut out = [0u8; PAGE];
+                    let mut n = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) || n < 50 {
+                        let p = (n * 5 + t) % 16;
+                        w.fault(p, &mut out).unwrap();
+                        let tag = out[8];
+                        assert_eq!(out, page_of(tag, p), "torn or foreign page {p}");
+                        n += 1;
+                    }
+                });
+            }
+            for round in 1..=60u8 {
+                let pages: Vec<_> = (0..8).map(|p| page_of(round, p * 2)).collect();
+                w.psync(pages.iter().enumerate().map(|(i, d)| (i as u64 * 2, d)))
+                    .unwrap();
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        let mut out = [0u8; PAGE];
+        w.fault(2, &mut out).unwrap();
+        assert_eq!(out, page_of(60, 2));
+        w.fault(3, &mut out).unwrap();
+        assert_eq!(out, page_of(0, 3));
+        w.detach().wait().unwrap();
+    }
+}
