@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Sets up and runs every test of the project, on a fresh Debian 12 machine or an old one:
+# packages, the guest image, formatting and lints, the C library's and the kernel module's
+# checks, unit tests, and the tests that boot real VMs (directly on hardware KVM, inside the
+# nested QEMU-TCG test host elsewhere; see tests/integration/README.md).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+start=$(date +%s)
+
+step() {
+    printf '\n== %s (%ss)\n' "$*" "$(($(date +%s) - start))"
+}
+
+step "packages"
+scripts/setup.sh
+
+step "guest image (kernel, initramfs, pmo.ko, libpmo, guest programs)"
+guest/build.sh
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "libpmo allocator tests"
+make -s -C guest/libpmo test
+
+step "checkpatch --strict on the guest driver"
+scripts/checkpatch.sh
+
+step "pmovmm (release; the VM tests run it)"
+cargo build --release -p pmovmm
+
+step "cargo test: unit tests, host-side device tests, VM tests"
+cargo test --workspace
+
+printf '\ntest.sh: all tests passed in %ss\n' "$(($(date +%s) - start))"
