@@ -89,3 +89,31 @@ fn a_full_table_of_65536_pmos() {
     drop(s);
     std::fs::remove_file(&path).unwrap();
 }
+
+/// A 64 GiB PMO in a sparse store file costs almost nothing until written.
+#[test]
+fn a_64_gib_pmo_is_sparse() {
+    use std::os::unix::fs::MetadataExt;
+    let path = std::env::temp_dir().join(format!("pmo-64g-{}", std::process::id()));
+    let m: Arc<dyn Medium> = Arc::new(FileMedium::create(&path, 140 << 30).unwrap());
+    let s = Store::create(m, StoreOptions { slots: 16 }).unwrap();
+    let k = key("k");
+    s.create_pmo("big", 64 << 30, &k).unwrap();
+    let w = s.attach("big", Perm::Write, &k).unwrap();
+    let last = (64u64 << 30) / PAGE as u64 - 1;
+    w.psync([(0u64, &page_of(1, 0)), (last, &page_of(1, last))])
+        .unwrap();
+    let mut out = [0u8; PAGE];
+    w.fault(last, &mut out).unwrap();
+    assert_eq!(out, page_of(1, last));
+    w.fault(last / 2, &mut out).unwrap();
+    assert_eq!(out, [0u8; PAGE]);
+    w.detach().wait().unwrap();
+    drop(s);
+    let used = std::fs::metadata(&path).unwrap().blocks() * 512;
+    assert!(
+        used < 8 << 20,
+        "a 64 GiB PMO with 2 pages written uses {used} bytes"
+    );
+    std::fs::remove_file(&path).unwrap();
+}
