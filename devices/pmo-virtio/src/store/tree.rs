@@ -152,9 +152,10 @@ impl Leaf {
     }
 }
 
-/// Groups already verified in this session, and the trusted root.
 type GroupMap = HashMap<(usize, u64), Arc<Vec<u8>>>;
 
+/// Groups already verified in this session, and the trusted root: a fault re-verifies only up to
+/// the first cached ancestor, so steady-state faults cost no hashing beyond the page tag.
 pub struct TreeCache {
     groups: Mutex<GroupMap>,
     root: Mutex<[u8; 32]>,
