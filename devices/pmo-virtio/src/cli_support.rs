@@ -217,9 +217,11 @@ pub struct Inspection {
     pub damaged: Vec<u32>,
 }
 
-/// `store inspect PATH`: superblock and raw table, read-only.
+/// `store inspect PATH`: superblock and raw table, read-only, without the owner lock (so it also
+/// works while a VMM has the store open; it may then show a record mid-update).
 pub fn store_inspect(path: &Path, out: &mut dyn Write) -> Result<Inspection, CliError> {
-    let m = FileMedium::open(path)?;
+    // Read-only and unlocked: inspect works while a VMM owns the store.
+    let m = FileMedium::open_readonly(path)?;
     let sb = Superblock::read(&m).map_err(StoreError::from)?;
     writeln!(
         out,

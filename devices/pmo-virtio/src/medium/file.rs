@@ -22,6 +22,7 @@ pub struct FileMedium {
     len: u64,
     file: File,
     mode: Persistence,
+    readonly: bool,
 }
 
 // SAFETY: the mapping is shared memory owned by this value; concurrent access is to disjoint
@@ -90,7 +91,67 @@ impl FileMedium {
         Self::map(file, len)
     }
 
+    /// Opens a store file read-only and without taking the owner lock, for inspection while a VMM
+    /// may be using it (what it reads may be mid-update). Writes fail.
+    pub fn open_readonly(path: &Path) -> Result<Self, MediumError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .open(path)
+            .map_err(|source| MediumError::Io {
+                what: "open medium file",
+                source,
+            })?;
+        let len = file
+            .metadata()
+            .map_err(|source| MediumError::Io {
+                what: "stat medium file",
+                source,
+            })?
+            .len();
+        if len == 0 {
+            return Err(MediumError::OutOfRange {
+                off: 0,
+                len: 0,
+                end: 0,
+            });
+        }
+        // SAFETY: a fresh read-only shared mapping of a file we own; the kernel picks the address.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io("mmap medium file"));
+        }
+        Ok(Self {
+            ptr: p.cast(),
+            len,
+            file,
+            mode: Persistence::Msync,
+            readonly: true,
+        })
+    }
+
     fn map(file: File, len: u64) -> Result<Self, MediumError> {
+        // One owner per store file: a second VMM (or CLI) mapping it would corrupt it. The lock
+        // goes away with the descriptor.
+        // SAFETY: flock on our own descriptor.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                return Err(MediumError::InUse);
+            }
+            return Err(MediumError::Io {
+                what: "lock medium file",
+                source: e,
+            });
+        }
         if len == 0 {
             return Err(MediumError::OutOfRange {
                 off: 0,
@@ -136,6 +197,7 @@ impl FileMedium {
             len,
             file,
             mode,
+            readonly: false,
         })
     }
 
@@ -210,9 +272,9 @@ impl Medium for FileMedium {
         self.len
     }
 
-    /// The mapping: valid for `len()` bytes while `self` lives.
+    /// The mapping: valid for `len()` bytes while `self` lives (not for a read-only handle).
     fn as_ptr(&self) -> Option<*mut u8> {
-        Some(self.ptr)
+        (!self.readonly).then_some(self.ptr)
     }
 
     fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), MediumError> {
@@ -226,6 +288,9 @@ impl Medium for FileMedium {
 
     fn write(&self, off: u64, data: &[u8]) -> Result<(), MediumError> {
         check_range(self.len, off, data.len() as u64)?;
+        if self.readonly {
+            return Err(MediumError::ReadOnly);
+        }
         // SAFETY: the range was checked; the store serialises writers of one range.
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off as usize), data.len())
@@ -235,6 +300,9 @@ impl Medium for FileMedium {
 
     fn persist(&self, off: u64, len: u64) -> Result<(), MediumError> {
         check_range(self.len, off, len)?;
+        if self.readonly {
+            return Err(MediumError::ReadOnly);
+        }
         if len == 0 {
             return Ok(());
         }
@@ -265,6 +333,9 @@ impl Medium for FileMedium {
 
     fn zero(&self, off: u64, len: u64) -> Result<(), MediumError> {
         check_range(self.len, off, len)?;
+        if self.readonly {
+            return Err(MediumError::ReadOnly);
+        }
         let ps = page_size();
         let a = off.div_ceil(ps) * ps;
         let b = (off + len) / ps * ps;
@@ -332,6 +403,13 @@ mod tests {
             "a 1 GiB medium must stay sparse"
         );
         let m = FileMedium::open(&path).unwrap();
+        assert!(matches!(FileMedium::open(&path), Err(MediumError::InUse)));
+        let ro = FileMedium::open_readonly(&path).unwrap();
+        let mut r = [0u8; 5];
+        ro.read(5 << 20, &mut r).unwrap();
+        assert_eq!(&r, b"hello");
+        assert!(matches!(ro.write(0, b"x"), Err(MediumError::ReadOnly)));
+        drop(ro);
         let mut b = [0u8; 5];
         m.read(5 << 20, &mut b).unwrap();
         assert_eq!(&b, b"hello");

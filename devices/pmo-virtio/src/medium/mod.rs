@@ -34,6 +34,12 @@ pub enum MediumError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A write through a read-only handle.
+    #[error("medium opened read-only")]
+    ReadOnly,
+    /// Another process (or another handle in this one) has the store file open.
+    #[error("medium file is in use by another owner")]
+    InUse,
     /// A crash-injecting medium reached its crash point; nothing more reaches it.
     #[error("medium crashed (injected)")]
     Crashed,
