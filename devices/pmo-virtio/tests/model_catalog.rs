@@ -33,7 +33,7 @@ fn base_op() -> impl Strategy<Value = Op> {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => base_op(),
-        1 => (1u64..8, base_op()).prop_map(|(k, op)| Op::Crash { k, op: Box::new(op) }),
+        1 => (1u64..6, base_op()).prop_map(|(k, op)| Op::Crash { k, op: Box::new(op) }),
     ]
 }
 
@@ -102,7 +102,7 @@ fn no_leak(s: &Store) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
     #[test]
     fn catalog_matches_model(ops in prop::collection::vec(op(), 1..14)) {
         let mut m = Arc::new(CrashMedium::new(LEN));
