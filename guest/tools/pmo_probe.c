@@ -18,6 +18,13 @@
  *   pmo_probe abi NAME              the driver's argument checks (raw ioctls, mmap)
  *   pmo_probe stats NAME            touch 4 pages of a write attachment and psync:
  *                                   the host's statistics count them
+ *   pmo_probe fill NAME             write "page <i>" at the start of every page, psync
+ *   pmo_probe poisoned NAME PAGE    PAGE was tampered with on the host: a child that
+ *                                   reads it dies of SIGBUS, every other page reads
+ *                                   back what fill wrote
+ *   pmo_probe poisoned_kernel NAME PAGE
+ *                                   the same page read by the kernel on a process's
+ *                                   behalf (write(2) from it into a pipe): EFAULT
  *   pmo_probe rebind NAME           unbind the driver from the device while a PMO is
  *                                   attached and mapped (the removal/reset path):
  *                                   psync gives ENODEV, an access SIGBUS; after a
@@ -521,6 +528,94 @@ static int stats(const char *name)
 	return 0;
 }
 
+static int fill(const char *name)
+{
+	unsigned char *p = attach(name, PMO_WRITE, key);
+	size_t n, i;
+
+	if (!p)
+		FAIL("attach(w): %s", strerror(errno));
+	n = pmo_size(p) / 4096;
+	for (i = 0; i < n; i++)
+		snprintf((char *)p + i * 4096, 32, "page %zu", i);
+	if (psync(p) < 0)
+		FAIL("psync: %s", strerror(errno));
+	if (detach(p) < 0)
+		FAIL("detach: %s", strerror(errno));
+	printf("ok wrote %zu pages\n", n);
+	return 0;
+}
+
+static int poisoned(const char *name, const char *page_s)
+{
+	size_t bad = strtoul(page_s, NULL, 0), n, i;
+	unsigned char *p;
+	char want[32];
+	pid_t pid;
+	int st;
+
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		FAIL("fork: %s", strerror(errno));
+	if (pid == 0) {
+		volatile unsigned char *q = attach(name, PMO_READ, key);
+
+		if (!q)
+			_exit(3);
+		(void)q[bad * 4096];	/* must not get past this */
+		_exit(4);
+	}
+	if (waitpid(pid, &st, 0) < 0)
+		FAIL("waitpid: %s", strerror(errno));
+	if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGBUS)
+		FAIL("reader of page %zu %s %d (want SIGBUS)", bad,
+		     WIFSIGNALED(st) ? "got signal" : "exited with",
+		     WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	p = attach(name, PMO_READ, key);
+	if (!p)
+		FAIL("attach(r) after the SIGBUS: %s", strerror(errno));
+	n = pmo_size(p) / 4096;
+	for (i = 0; i < n; i++) {
+		if (i == bad)
+			continue;
+		snprintf(want, sizeof(want), "page %zu", i);
+		if (strcmp((char *)p + i * 4096, want) != 0) {
+			detach(p);
+			FAIL("page %zu does not read back", i);
+		}
+	}
+	detach(p);
+	printf("ok page %zu: SIGBUS; the other %zu pages read fine\n", bad, n - 1);
+	return 0;
+}
+
+static int poisoned_kernel(const char *name, const char *page_s)
+{
+	size_t bad = strtoul(page_s, NULL, 0);
+	unsigned char *q = attach(name, PMO_READ, key);
+	ssize_t w;
+	int fds[2], e;
+
+	if (!q)
+		FAIL("attach(r): %s", strerror(errno));
+	if (pipe(fds) < 0)
+		FAIL("pipe: %s", strerror(errno));
+	printf("writing page %zu to a pipe...\n", bad);
+	fflush(stdout);
+	w = write(fds[1], q + bad * 4096, 16);
+	e = errno;
+	close(fds[0]);
+	close(fds[1]);
+	detach(q);
+	if (w >= 0)
+		FAIL("write(2) from the poisoned page returned %zd", w);
+	if (e != EFAULT)
+		FAIL("write(2) from the poisoned page: %s (want EFAULT)", strerror(e));
+	printf("ok write(2) from page %zu: EFAULT\n", bad);
+	return 0;
+}
+
 static sigjmp_buf bus_jmp;
 
 static void on_sigbus(int sig)
@@ -611,7 +706,7 @@ int main(int argc, char **argv)
 	key = getenv("PMO_KEY");
 	if (argc < 3 || !key || !*key) {
 		fprintf(stderr, "usage: PMO_KEY=K pmo_probe wrongkey|rowrite|readers|excl|"
-				"destroybusy|wb|detachmapped|crash|abi|rebind|stats NAME [BADKEY]\n");
+				"destroybusy|wb|detachmapped|crash|abi|rebind|stats|fill|poisoned|poisoned_kernel NAME [BADKEY|PAGE]\n");
 		return 2;
 	}
 	if (!strcmp(argv[1], "wrongkey") && argc == 4)
@@ -636,6 +731,12 @@ int main(int argc, char **argv)
 		return rebind(argv[2]);
 	if (!strcmp(argv[1], "stats"))
 		return stats(argv[2]);
+	if (!strcmp(argv[1], "fill"))
+		return fill(argv[2]);
+	if (!strcmp(argv[1], "poisoned") && argc == 4)
+		return poisoned(argv[2], argv[3]);
+	if (!strcmp(argv[1], "poisoned_kernel") && argc == 4)
+		return poisoned_kernel(argv[2], argv[3]);
 	fprintf(stderr, "pmo_probe: unknown check %s\n", argv[1]);
 	return 2;
 }
