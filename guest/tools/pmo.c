@@ -67,7 +67,7 @@ static int parse_u64(const char *s, uint64_t *out)
 	return 0;
 }
 
-static int write_all(const unsigned char *p, size_t n)
+static int write_buf(const unsigned char *p, size_t n)
 {
 	while (n) {
 		ssize_t w = write(1, p, n);
@@ -79,6 +79,27 @@ static int write_all(const unsigned char *p, size_t n)
 		}
 		p += w;
 		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/*
+ * PMO bytes to stdout.  They are copied by this process first, never handed
+ * to write(2) directly: a page that fails its integrity check then raises
+ * SIGBUS here, in user mode, rather than inside the kernel's copy.
+ */
+static int write_all(const unsigned char *p, size_t n)
+{
+	unsigned char buf[4096];
+
+	while (n) {
+		size_t k = n < sizeof(buf) ? n : sizeof(buf);
+
+		memcpy(buf, p, k);
+		if (write_buf(buf, k) < 0)
+			return -1;
+		p += k;
+		n -= k;
 	}
 	return 0;
 }
