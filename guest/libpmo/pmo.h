@@ -41,7 +41,10 @@
  *
  * Faults: a write to a read-only attachment kills the process with SIGSEGV.
  * A page that fails its integrity check on the host raises SIGBUS in the
- * process that touches it.  After detach() any access to the old range is
+ * process that touches it (pmo.ko unmaps it on the host's PAGE_POISONED
+ * event).  Copy PMO data in user space before handing it to a system call:
+ * a kernel-mode read of such a page is not handled well by the host yet
+ * (guest/driver/README.md, "Open issues").  After detach() any access to the old range is
  * SIGSEGV (unmapped); a mapping the device reset took away gives SIGBUS.
  *
  * Threads: all calls are thread-safe.  The only process-global state is the
