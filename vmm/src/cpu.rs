@@ -3,9 +3,7 @@
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use std::os::fd::AsRawFd;
-
-use kvm_bindings::{kvm_fpu, kvm_msr_entry, kvm_x86_mce, CpuId, Msrs, KVM_MAX_CPUID_ENTRIES};
+use kvm_bindings::{kvm_fpu, kvm_msr_entry, CpuId, Msrs, KVM_MAX_CPUID_ENTRIES};
 use kvm_ioctls::{Kvm, VcpuExit, VcpuFd, VmFd};
 
 use crate::boot;
@@ -27,64 +25,21 @@ pub enum CpuError {
     Msrs { id: u8, what: &'static str },
     #[error("spawn vCPU thread: {0}")]
     Spawn(std::io::Error),
-    #[error("vCPU {id}: {what}: {source}")]
-    Mce {
-        id: u8,
-        what: &'static str,
-        source: std::io::Error,
-    },
 }
 
-/// Tells a vCPU which guest page its failed access hit, when the host
-/// refused to map it (a PMO page that failed verification).
-pub trait PoisonSource: Send + Sync {
-    /// The guest physical address recorded for thread `tid`, taken once.
-    fn take(&self, tid: u32) -> Option<u64>;
+/// Tells a vCPU whether the host refuses some guest pages on purpose (PMO
+/// pages that failed verification): then `EFAULT` from `KVM_RUN` is the
+/// guest touching one, and the vCPU retries until the guest driver has
+/// unmapped the page, after which the access faults inside the guest.
+pub trait RefusedPages: Send + Sync {
+    fn any_refused(&self) -> bool;
 }
 
-const KVMIO: u64 = 0xae;
-const KVM_X86_SETUP_MCE: u64 = (1 << 30) | (8 << 16) | (KVMIO << 8) | 0x9c;
-const KVM_X86_GET_MCE_CAP_SUPPORTED: u64 = (2 << 30) | (8 << 16) | (KVMIO << 8) | 0x9d;
-const KVM_X86_SET_MCE: u64 = (1 << 30) | (64 << 16) | (KVMIO << 8) | 0x9e;
-const MCG_CTL_P: u64 = 1 << 8;
-const MCG_SER_P: u64 = 1 << 24;
-const MCE_BANKS: u64 = 10;
-/// The bank we report data-load errors in (as QEMU does).
-const MCE_BANK: u8 = 9;
-const MCI_STATUS_VAL: u64 = 1 << 63;
-const MCI_STATUS_UC: u64 = 1 << 61;
-const MCI_STATUS_EN: u64 = 1 << 60;
-const MCI_STATUS_MISCV: u64 = 1 << 59;
-const MCI_STATUS_ADDRV: u64 = 1 << 58;
-const MCI_STATUS_S: u64 = 1 << 56;
-const MCI_STATUS_AR: u64 = 1 << 55;
-/// MCA error code: data load error ("DCU load" in Intel's terms).
-const MCACOD_DATA_LOAD: u64 = 0x134;
-const MCG_STATUS_EIPV: u64 = 1 << 1;
-const MCG_STATUS_MCIP: u64 = 1 << 2;
-/// MCi_MISC: physical address, valid down to bit 12 (one page).
-const MCI_MISC_PHYS_PAGE: u64 = (2 << 6) | 12;
-
-/// The machine check a vCPU gets for a refused page: an uncorrected,
-/// action-required data load error at `gpa`, without a valid restart IP, so
-/// the guest kernel kills the process that touched it (SIGBUS).
-fn poison_mce(gpa: u64) -> kvm_x86_mce {
-    kvm_x86_mce {
-        status: MCI_STATUS_VAL
-            | MCI_STATUS_UC
-            | MCI_STATUS_EN
-            | MCI_STATUS_MISCV
-            | MCI_STATUS_ADDRV
-            | MCI_STATUS_S
-            | MCI_STATUS_AR
-            | MCACOD_DATA_LOAD,
-        addr: gpa,
-        misc: MCI_MISC_PHYS_PAGE,
-        mcg_status: MCG_STATUS_MCIP | MCG_STATUS_EIPV,
-        bank: MCE_BANK,
-        ..Default::default()
-    }
-}
+/// How long a vCPU keeps retrying an access to a refused page before the VM
+/// is stopped (the guest never unmapped it: e.g. its kernel touched it).
+const REFUSED_RETRY_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Pause between retries, so the guest's event work gets to run.
+const REFUSED_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_micros(100);
 
 const CPUID_HYPERVISOR: u32 = 1 << 31;
 const CPUID_HTT: u32 = 1 << 28;
@@ -185,7 +140,7 @@ fn set_apic_delivery_mode(regs: &mut [i8], reg: usize, mode: u32) {
 pub struct Vcpu {
     id: u8,
     fd: VcpuFd,
-    poison: Option<Arc<dyn PoisonSource>>,
+    refused: Option<Arc<dyn RefusedPages>>,
 }
 
 impl Vcpu {
@@ -226,7 +181,6 @@ impl Vcpu {
         set_apic_delivery_mode(&mut lapic.regs, APIC_LVT0, APIC_MODE_EXTINT);
         set_apic_delivery_mode(&mut lapic.regs, APIC_LVT1, APIC_MODE_NMI);
         fd.set_lapic(&lapic).map_err(setup("LAPIC"))?;
-        setup_mce(kvm, &fd).map_err(|(what, source)| CpuError::Mce { id, what, source })?;
 
         if let Some(entry) = entry {
             let sregs = fd.get_sregs().map_err(setup("get sregs"))?;
@@ -238,25 +192,13 @@ impl Vcpu {
         Ok(Vcpu {
             id,
             fd,
-            poison: None,
+            refused: None,
         })
     }
 
-    /// Where to look up refused pages when `KVM_RUN` fails with `EFAULT`.
-    pub fn set_poison_source(&mut self, source: Arc<dyn PoisonSource>) {
-        self.poison = Some(source);
-    }
-
-    /// Delivers a machine check for `gpa` to this vCPU.
-    fn inject_poison(&self, gpa: u64) -> std::io::Result<()> {
-        let mce = poison_mce(gpa);
-        // SAFETY: KVM_X86_SET_MCE reads one `kvm_x86_mce` (64 bytes, the size
-        // encoded in the request) from the pointer; `mce` outlives the call.
-        let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), KVM_X86_SET_MCE as _, &mce) };
-        if r < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
+    /// Where to learn whether `EFAULT` means a refused page.
+    pub fn set_refused_pages(&mut self, refused: Arc<dyn RefusedPages>) {
+        self.refused = Some(refused);
     }
 
     /// Runs the vCPU on its own thread until the VM exits.
@@ -273,11 +215,17 @@ impl Vcpu {
     }
 
     fn run(&mut self, pio: &Bus, mmio: &Bus, exit: &VmExit) {
+        // When the current streak of refused-page retries began.
+        let mut refused_since: Option<std::time::Instant> = None;
         loop {
             if exit.is_set() {
                 return;
             }
-            match self.fd.run() {
+            let r = self.fd.run();
+            if r.is_ok() {
+                refused_since = None;
+            }
+            match r {
                 Ok(VcpuExit::IoIn(port, data)) => {
                     pio.read(u64::from(port), data);
                 }
@@ -331,31 +279,20 @@ impl Vcpu {
                     log::warn!("vcpu{}: unhandled exit {other:?}", self.id);
                 }
                 Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {}
-                Err(e) if e.errno() == libc::EFAULT => {
-                    // SAFETY: gettid has no preconditions.
-                    let tid = unsafe { libc::gettid() } as u32;
-                    match self.poison.as_ref().and_then(|p| p.take(tid)) {
-                        Some(gpa) => {
-                            log::warn!(
-                                "vcpu{}: guest touched refused page {gpa:#x}; injecting a machine check",
-                                self.id
-                            );
-                            if let Err(e) = self.inject_poison(gpa) {
-                                exit.set(ExitReason::Error(format!(
-                                    "vCPU {}: inject machine check: {e}",
-                                    self.id
-                                )));
-                                return;
-                            }
-                        }
-                        None => {
-                            exit.set(ExitReason::Error(format!(
-                                "KVM_RUN on vCPU {}: bad address",
-                                self.id
-                            )));
-                            return;
-                        }
+                Err(e)
+                    if e.errno() == libc::EFAULT
+                        && self.refused.as_ref().is_some_and(|r| r.any_refused()) =>
+                {
+                    let since = *refused_since.get_or_insert_with(std::time::Instant::now);
+                    if since.elapsed() > REFUSED_RETRY_LIMIT {
+                        exit.set(ExitReason::Error(format!(
+                            "vCPU {}: the guest kept touching a PMO page that failed verification",
+                            self.id
+                        )));
+                        return;
                     }
+                    std::thread::sleep(REFUSED_RETRY_PAUSE);
+                    continue;
                 }
                 Err(e) => {
                     exit.set(ExitReason::Error(format!(
@@ -369,54 +306,9 @@ impl Vcpu {
     }
 }
 
-/// Enables machine-check banks so refused pages can be reported to the guest.
-fn setup_mce(kvm: &Kvm, fd: &VcpuFd) -> Result<(), (&'static str, std::io::Error)> {
-    let mut supported: u64 = 0;
-    // SAFETY: the ioctl writes one u64 into `supported`.
-    let r = unsafe {
-        libc::ioctl(
-            kvm.as_raw_fd(),
-            KVM_X86_GET_MCE_CAP_SUPPORTED as _,
-            &mut supported,
-        )
-    };
-    if r < 0 {
-        return Err(("get MCE capabilities", std::io::Error::last_os_error()));
-    }
-    // The supported value carries capability bits only; KVM accepts up to 32 banks.
-    let cap = MCE_BANKS | (supported & (MCG_CTL_P | MCG_SER_P));
-    // SAFETY: the ioctl reads one u64 from `cap`.
-    let r = unsafe { libc::ioctl(fd.as_raw_fd(), KVM_X86_SETUP_MCE as _, &cap) };
-    if r < 0 {
-        return Err(("set up MCE banks", std::io::Error::last_os_error()));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn poison_mce_is_an_action_required_data_load_error() {
-        let m = poison_mce(0x40_0000_3000);
-        assert_eq!(m.addr, 0x40_0000_3000);
-        assert_eq!(m.status & 0xffff, MCACOD_DATA_LOAD);
-        for bit in [
-            MCI_STATUS_VAL,
-            MCI_STATUS_UC,
-            MCI_STATUS_ADDRV,
-            MCI_STATUS_S,
-            MCI_STATUS_AR,
-        ] {
-            assert_ne!(m.status & bit, 0);
-        }
-        // No restart IP: the guest must not simply retry the load.
-        assert_eq!(m.mcg_status & 1, 0);
-        assert_eq!(m.misc & 0x3f, 12);
-        assert!(u64::from(m.bank) < MCE_BANKS);
-        assert_eq!(std::mem::size_of::<kvm_x86_mce>(), 64);
-    }
 
     #[test]
     fn cpuid_carries_apic_id_and_topology() {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use pmo_virtio::device::{DeviceError, PmoDevice, PmoDeviceConfig, PmoService};
-use pmo_virtio::pager::PoisonBoard;
+use pmo_virtio::pager::Pager;
 use virtio_devices::pmem::{Pmem, PmemError};
 use virtio_devices::VirtioDevice;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
@@ -16,7 +16,7 @@ use crate::acpi::{self, AcpiConfig};
 use crate::boot::{self, BootError};
 use crate::bus::{Bus, BusDevice, BusError};
 use crate::config::PmoConfig;
-use crate::cpu::{CpuError, PoisonSource, Vcpu};
+use crate::cpu::{CpuError, RefusedPages, Vcpu};
 use crate::exit::{ExitReason, VmExit};
 use crate::layout;
 use crate::legacy::{self, AcpiPower, I8042Reset, PvPanic, SerialConsole};
@@ -48,19 +48,12 @@ pub struct MachineConfig {
 /// with a second vCPU's fault, few enough to leave the cores to the vCPUs.
 const PMO_FAULT_THREADS: usize = 2;
 
-/// Maps the pager's poisoned window offsets to guest addresses.
-struct PmoPoison {
-    board: Arc<PoisonBoard>,
-    window_base: Arc<std::sync::atomic::AtomicU64>,
-}
+/// The PMO window refuses pages that failed verification.
+struct PmoRefused(Arc<Pager>);
 
-impl PoisonSource for PmoPoison {
-    fn take(&self, tid: u32) -> Option<u64> {
-        let offset = self.board.take(tid)?;
-        match self.window_base.load(std::sync::atomic::Ordering::Acquire) {
-            0 => None,
-            base => Some(base + offset),
-        }
+impl RefusedPages for PmoRefused {
+    fn any_refused(&self) -> bool {
+        self.0.refused_pages() > 0
     }
 }
 
@@ -225,7 +218,7 @@ impl Machine {
 
         let mut mmio64 = Window::new(layout::MMIO64_START, layout::MMIO64_SIZE);
         let mut pmo_service = None;
-        let mut poison: Option<Arc<dyn PoisonSource>> = None;
+        let mut refused: Option<Arc<dyn RefusedPages>> = None;
         if let Some(p) = &cfg.pmo {
             let dev = PmoDevice::new(&PmoDeviceConfig {
                 store: p.store.clone(),
@@ -246,10 +239,7 @@ impl Machine {
             if let Some(size) = transport.shm_bar_size() {
                 transport.set_shm_bar(mmio64.alloc(size, size)?);
             }
-            poison = Some(Arc::new(PmoPoison {
-                board: service.poison_board(),
-                window_base: transport.shm_base(),
-            }));
+            refused = Some(Arc::new(PmoRefused(service.pager().clone())));
             root.lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .add(Arc::new(Mutex::new(transport)))?;
@@ -270,8 +260,8 @@ impl Machine {
         let mut vcpus = Vec::with_capacity(usize::from(cfg.cpus));
         for id in 0..cfg.cpus {
             let mut vcpu = Vcpu::new(vm.kvm(), vm.fd(), id, cfg.cpus, (id == 0).then_some(&entry))?;
-            if let Some(p) = &poison {
-                vcpu.set_poison_source(p.clone());
+            if let Some(r) = &refused {
+                vcpu.set_refused_pages(r.clone());
             }
             vcpus.push(vcpu);
         }

@@ -21,9 +21,7 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use crate::crypto::{UserKey, PAGE};
 use crate::medium::{FileMedium, Medium};
-use crate::pager::{
-    FillError, PageSource, Pager, PagerError, PoisonBoard, SliceStats, HIST_BUCKETS,
-};
+use crate::pager::{FillError, PageSource, Pager, PagerError, SliceStats, HIST_BUCKETS};
 use crate::proto::{self, Request, Status};
 use crate::store::{Design, Perm, Session, Store, StoreError, StoreOptions};
 
@@ -207,10 +205,6 @@ impl PmoService {
 
     pub fn pager(&self) -> &Arc<Pager> {
         &self.pager
-    }
-
-    pub fn poison_board(&self) -> Arc<PoisonBoard> {
-        self.pager.poison_board()
     }
 
     fn attachment(&self, handle: u64) -> Result<Arc<Attachment>, Status> {

@@ -18,7 +18,7 @@
 //! Queue notifications never reach this code: KVM signals the queue's
 //! eventfd directly and the device's worker thread wakes up.
 
-use std::sync::atomic::{AtomicU16, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kvm_ioctls::{IoEventAddress, NoDatamatch, VmFd};
@@ -134,8 +134,6 @@ pub struct VirtioPci {
     /// Shared memory regions: (offset in BAR2, host address, length).
     shm: Vec<(u64, u64, u64)>,
     shm_mapper: Option<SlotMapper>,
-    /// Guest address of BAR2 while it is mapped, else 0.
-    shm_base: Arc<AtomicU64>,
 }
 
 /// Errors building the transport.
@@ -273,7 +271,6 @@ impl VirtioPci {
             shm,
             shm_mapper: mapper,
             shm_slots: Vec::new(),
-            shm_base: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -287,15 +284,9 @@ impl VirtioPci {
         self.config.set_bar_addr(SHM_BAR, addr);
     }
 
-    /// Guest address of the shared-memory BAR while the guest has it enabled, else 0.
-    pub fn shm_base(&self) -> Arc<AtomicU64> {
-        self.shm_base.clone()
-    }
-
     fn map_shm(&mut self, base: Option<u64>) {
         // Old mappings go first: KVM refuses overlapping slots.
         self.shm_slots.clear();
-        self.shm_base.store(0, Ordering::Release);
         let (Some(base), Some(mapper)) = (base, &self.shm_mapper) else {
             return;
         };
@@ -308,7 +299,6 @@ impl VirtioPci {
                 Err(e) => log::error!("virtio-pci: map shared memory at {:#x}: {e}", base + offset),
             }
         }
-        self.shm_base.store(base, Ordering::Release);
     }
 
     /// Firmware-style placement of BAR0 before the guest boots.

@@ -11,9 +11,11 @@
 //! once more: that is the dirty set `psync` needs.
 //!
 //! A page that fails verification is never installed. The page is made
-//! inaccessible instead and the faulting thread is recorded on the
-//! [`PoisonBoard`]; KVM then returns `EFAULT` to that vCPU, whose thread
-//! injects a machine check into the guest (see the VMM's vCPU loop).
+//! inaccessible instead and counted in [`Pager::refused_pages`]; KVM then
+//! returns `EFAULT` to the vCPU that touched it, and the VMM re-enters the
+//! vCPU until the guest driver, told through the device's event queue, has
+//! unmapped that page from every process: the retried access then faults in
+//! the guest, whose driver answers it with SIGBUS (see docs/pmo-device.md).
 
 mod uffd;
 
@@ -112,30 +114,6 @@ impl Slice {
     }
 }
 
-/// Threads whose last fault hit a poisoned page, by thread id: the VMM's vCPU
-/// loop asks here when `KVM_RUN` fails with `EFAULT`.
-#[derive(Default)]
-pub struct PoisonBoard {
-    pending: Mutex<BTreeMap<u32, u64>>,
-}
-
-impl PoisonBoard {
-    fn post(&self, tid: u32, window_offset: u64) {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(tid, window_offset);
-    }
-
-    /// Takes the poisoned window offset recorded for thread `tid`, if any.
-    pub fn take(&self, tid: u32) -> Option<u64> {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&tid)
-    }
-}
-
 /// RAII anonymous mapping that backs the window.
 struct AnonMap {
     addr: *mut libc::c_void,
@@ -181,7 +159,8 @@ pub struct Pager {
     uffd: Arc<Uffd>,
     slices: RwLock<BTreeMap<u64, Arc<Slice>>>,
     free: Mutex<Vec<(u64, u64)>>,
-    poison: Arc<PoisonBoard>,
+    /// Pages refused (failed verification) in live attachments.
+    refused: AtomicU64,
     stop: vmm_sys_util::eventfd::EventFd,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -202,7 +181,7 @@ impl Pager {
             uffd: Arc::new(uffd),
             slices: RwLock::new(BTreeMap::new()),
             free: Mutex::new(vec![(0, size / PAGE_U64)]),
-            poison: Arc::new(PoisonBoard::default()),
+            refused: AtomicU64::new(0),
             stop: vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK)
                 .map_err(PagerError::EventFd)?,
             threads: Mutex::new(Vec::new()),
@@ -234,8 +213,11 @@ impl Pager {
         self.map.len as u64
     }
 
-    pub fn poison_board(&self) -> Arc<PoisonBoard> {
-        self.poison.clone()
+    /// Pages of live attachments that failed verification and stay
+    /// inaccessible: while any exist, a vCPU's `EFAULT` is a guest access to
+    /// one of them, not a VMM bug.
+    pub fn refused_pages(&self) -> u64 {
+        self.refused.load(Ordering::Acquire)
     }
 
     /// Stops the fault threads (they also stop when the pager is dropped).
@@ -365,6 +347,12 @@ impl Pager {
     pub fn detach(&self, offset: u64) -> Result<(), PagerError> {
         let slice = self.slice_at(offset)?;
         slice.closing.store(true, Ordering::Release);
+        let refused = slice
+            .poisoned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len() as u64;
+        self.refused.fetch_sub(refused, Ordering::AcqRel);
         let addr = self.page_addr(&slice, 0);
         let len = slice.npages * PAGE_U64;
         // SAFETY: the range is inside our window mapping; dropping anonymous
@@ -456,15 +444,15 @@ impl Pager {
                     "pmo: refusing page {page} of window offset {:#x}: {e}",
                     slice.start * PAGE_U64
                 );
-                slice
-                    .poisoned
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(page);
+                let mut poisoned = slice.poisoned.lock().unwrap_or_else(|e| e.into_inner());
+                if !poisoned.contains(&page) {
+                    poisoned.push(page);
+                    self.refused.fetch_add(1, Ordering::AcqRel);
+                }
+                drop(poisoned);
                 // SAFETY: one page of our window; making it inaccessible makes the
                 // faulting access fail (KVM returns EFAULT) instead of retrying.
                 unsafe { libc::mprotect(f.address as *mut _, PAGE, libc::PROT_NONE) };
-                self.poison.post(f.tid, f.address - base);
                 if let Err(e) = self.uffd.wake(f.address, PAGE_U64) {
                     log::error!("pmo: wake after poison: {e}");
                 }
