@@ -33,10 +33,14 @@ pub enum CpuError {
 /// unmapped the page, after which the access faults inside the guest.
 pub trait RefusedPages: Send + Sync {
     fn any_refused(&self) -> bool;
+    /// Serve refused pages as read-only zeros: the guest did not unmap them in time.
+    fn serve_zeros(&self);
 }
 
-/// How long a vCPU keeps retrying an access to a refused page before the VM
-/// is stopped (the guest never unmapped it: e.g. its kernel touched it).
+/// How long a vCPU retries an access to a refused page before the page is
+/// served as zeros (the guest did not unmap it: e.g. its kernel reads it).
+const REFUSED_ZERO_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
+/// How long before the VM is stopped: even zeros did not let the access finish.
 const REFUSED_RETRY_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Pause between retries, so the guest's event work gets to run.
 const REFUSED_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_micros(100);
@@ -217,6 +221,7 @@ impl Vcpu {
     fn run(&mut self, pio: &Bus, mmio: &Bus, exit: &VmExit) {
         // When the current streak of refused-page retries began.
         let mut refused_since: Option<std::time::Instant> = None;
+        let mut served_zeros = false;
         loop {
             if exit.is_set() {
                 return;
@@ -224,6 +229,7 @@ impl Vcpu {
             let r = self.fd.run();
             if r.is_ok() {
                 refused_since = None;
+                served_zeros = false;
             }
             match r {
                 Ok(VcpuExit::IoIn(port, data)) => {
@@ -284,6 +290,16 @@ impl Vcpu {
                         && self.refused.as_ref().is_some_and(|r| r.any_refused()) =>
                 {
                     let since = *refused_since.get_or_insert_with(std::time::Instant::now);
+                    if since.elapsed() > REFUSED_ZERO_AFTER && !served_zeros {
+                        log::warn!(
+                            "vcpu{}: the guest did not unmap a refused PMO page; serving it as zeros",
+                            self.id
+                        );
+                        if let Some(r) = &self.refused {
+                            r.serve_zeros();
+                        }
+                        served_zeros = true;
+                    }
                     if since.elapsed() > REFUSED_RETRY_LIMIT {
                         exit.set(ExitReason::Error(format!(
                             "vCPU {}: the guest kept touching a PMO page that failed verification",

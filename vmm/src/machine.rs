@@ -55,6 +55,9 @@ impl RefusedPages for PmoRefused {
     fn any_refused(&self) -> bool {
         self.0.refused_pages() > 0
     }
+    fn serve_zeros(&self) {
+        self.0.zero_refused();
+    }
 }
 
 /// Errors building or running the machine.

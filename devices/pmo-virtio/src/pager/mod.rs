@@ -101,6 +101,8 @@ struct Slice {
     source: Arc<dyn PageSource>,
     dirty: Vec<AtomicU64>,
     poisoned: Mutex<Vec<u64>>,
+    /// Refused pages now served as read-only zeros (see `zero_refused`).
+    zeroed: Mutex<Vec<u64>>,
     stats: Arc<SliceStats>,
     /// Set once detach began: faults are no longer served from the source.
     closing: AtomicBool,
@@ -220,6 +222,48 @@ impl Pager {
         self.refused.load(Ordering::Acquire)
     }
 
+    /// Serves every refused page as a read-only page of zeros from now on.
+    ///
+    /// For accesses the guest driver cannot turn into SIGBUS (its kernel
+    /// reading the page, e.g. `write(2)` straight from a PMO mapping): after
+    /// the VMM has waited for the driver, the access completes with zeros,
+    /// never with the page's plaintext, and the VM goes on. Returns how many
+    /// pages were switched.
+    pub fn zero_refused(&self) -> usize {
+        let slices: Vec<Arc<Slice>> = self
+            .slices
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let zeros = [0u8; PAGE];
+        let mut n = 0;
+        for slice in slices {
+            let pages = slice
+                .poisoned
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let mut zeroed = slice.zeroed.lock().unwrap_or_else(|e| e.into_inner());
+            for page in pages {
+                if zeroed.contains(&page) {
+                    continue;
+                }
+                let addr = self.page_addr(&slice, page);
+                // SAFETY: one page of our window, made accessible again only to
+                // hold zeros, then read-only so a write cannot hide new data there.
+                unsafe { libc::mprotect(addr as *mut _, PAGE, libc::PROT_READ | libc::PROT_WRITE) };
+                self.install(addr, &zeros, false);
+                // SAFETY: as above.
+                unsafe { libc::mprotect(addr as *mut _, PAGE, libc::PROT_READ) };
+                zeroed.push(page);
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Stops the fault threads (they also stop when the pager is dropped).
     pub fn shutdown(&self) {
         let _ = self.stop.write(1);
@@ -272,6 +316,7 @@ impl Pager {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             poisoned: Mutex::new(Vec::new()),
+            zeroed: Mutex::new(Vec::new()),
             stats: stats.clone(),
             closing: AtomicBool::new(false),
         });

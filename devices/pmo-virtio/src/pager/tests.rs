@@ -205,6 +205,15 @@ fn failed_pages_are_never_installed() {
     assert_eq!(vec[0] & 1, 0);
     // Other pages are served normally.
     assert_eq!(read_u64(pager.host_addr() + off + 2 * PAGE_U64), 2);
+    // When the guest cannot turn the access into SIGBUS, the page becomes zeros, never data.
+    assert_eq!(pager.zero_refused(), 1);
+    assert_eq!(pager.zero_refused(), 0);
+    assert_eq!(read_u64(addr), 0);
+    assert_eq!(
+        stats.pages_decrypted.load(Ordering::Relaxed),
+        1,
+        "only page 2"
+    );
     // Detach restores the slice for reuse.
     pager.detach(off).unwrap();
     assert_eq!(pager.refused_pages(), 0);
