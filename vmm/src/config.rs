@@ -285,6 +285,9 @@ pub struct RunArgs {
     /// Size of the PMO window (guest-visible space for attached PMOs) [default: 1G].
     #[arg(long, value_name = "SIZE")]
     pub pmo_window: Option<String>,
+    /// Test hook: the VMM kills itself at this persist point of a psync (crash tests).
+    #[arg(long, value_name = "N", hide = true)]
+    pub pmo_test_kill_in_psync: Option<u64>,
     /// TOML file with the same fields; flags given here override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -323,6 +326,8 @@ pub struct PmoConfig {
     pub design: Option<String>,
     /// Window size: a page multiple, at most `MAX_PMO_WINDOW`.
     pub window: u64,
+    /// Test hook (`--pmo-test-kill-in-psync`), command line only.
+    pub test_kill_in_psync: Option<u64>,
 }
 
 /// Default PMO window: room for a few large PMOs attached at once; it is
@@ -531,7 +536,11 @@ impl VmConfig {
             }
             None => Settings::default(),
         };
-        Self::validate(file.overridden_by(Settings::from_args(args)?))
+        let mut cfg = Self::validate(file.overridden_by(Settings::from_args(args)?))?;
+        if let Some(p) = &mut cfg.pmo {
+            p.test_kill_in_psync = args.pmo_test_kill_in_psync;
+        }
+        Ok(cfg)
     }
 
     fn validate(s: Settings) -> Result<VmConfig, ConfigError> {
@@ -613,6 +622,7 @@ impl VmConfig {
                     store_size: spec.size,
                     design: s.pmo_design,
                     window,
+                    test_kill_in_psync: None,
                 })
             }
         };
@@ -1308,6 +1318,7 @@ mod tests {
                 store_size: Some(GIB),
                 design: Some("d".into()),
                 window: DEFAULT_PMO_WINDOW,
+                test_kill_in_psync: None,
             })
         );
         assert_eq!(with(&[]).unwrap().pmo, None);

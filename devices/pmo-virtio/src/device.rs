@@ -20,7 +20,7 @@ use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use crate::crypto::{UserKey, PAGE};
-use crate::medium::{FileMedium, Medium};
+use crate::medium::{FileMedium, KillInPsync, Medium};
 use crate::pager::{FillError, PageSource, Pager, PagerError, SliceStats, HIST_BUCKETS};
 use crate::proto::{self, Request, Status};
 use crate::store::{Design, Perm, Session, Store, StoreError, StoreOptions};
@@ -61,10 +61,23 @@ pub struct PmoDeviceConfig {
     pub design: Option<String>,
     pub window_size: u64,
     pub fault_threads: usize,
+    /// Test hook: kill the process at this persist point of every psync.
+    pub test_kill_in_psync: Option<u64>,
 }
+
+/// The store file, possibly behind the psync kill hook.
+type KillHook = Option<Arc<KillInPsync<FileMedium>>>;
 
 /// Opens the store file, creating and formatting it if missing.
 pub fn open_store(path: &Path, size: Option<u64>) -> Result<Store, DeviceError> {
+    open_store_with(path, size, None).map(|(s, _)| s)
+}
+
+fn open_store_with(
+    path: &Path,
+    size: Option<u64>,
+    kill_at: Option<u64>,
+) -> Result<(Store, KillHook), DeviceError> {
     let medium_err = |source| DeviceError::Medium {
         path: path.to_owned(),
         source,
@@ -73,19 +86,27 @@ pub fn open_store(path: &Path, size: Option<u64>) -> Result<Store, DeviceError> 
         path: path.to_owned(),
         source,
     };
-    let exists = path.exists();
-    match (exists, size) {
-        (false, Some(len)) => {
-            let m: Arc<dyn Medium> = Arc::new(FileMedium::create(path, len).map_err(medium_err)?);
-            Store::create(m, StoreOptions::default()).map_err(store_err)
-        }
-        _ => {
-            let m: Arc<dyn Medium> = Arc::new(FileMedium::open(path).map_err(medium_err)?);
-            let (store, report) = Store::open(m).map_err(store_err)?;
-            log::info!("PMO store {}: {report:?}", path.display());
-            Ok(store)
-        }
+    let create = !path.exists() && size.is_some();
+    let file = match size {
+        Some(len) if create => FileMedium::create(path, len),
+        _ => FileMedium::open(path),
     }
+    .map_err(medium_err)?;
+    let (m, hook): (Arc<dyn Medium>, KillHook) = match kill_at {
+        Some(n) => {
+            let k = Arc::new(KillInPsync::new(file, n));
+            (k.clone(), Some(k))
+        }
+        None => (Arc::new(file), None),
+    };
+    let store = if create {
+        Store::create(m, StoreOptions::default()).map_err(store_err)?
+    } else {
+        let (store, report) = Store::open(m).map_err(store_err)?;
+        log::info!("PMO store {}: {report:?}", path.display());
+        store
+    };
+    Ok((store, hook))
 }
 
 /// A store session as the pager's page source.
@@ -164,6 +185,7 @@ pub struct PmoService {
     attachments: Mutex<BTreeMap<u64, Arc<Attachment>>>,
     next_handle: AtomicU64,
     events: Arc<EventSink>,
+    kill_hook: KillHook,
 }
 
 fn store_status(e: &StoreError) -> Status {
@@ -188,7 +210,8 @@ impl PmoService {
             Some(d) => Some(Design::from_name(d).ok_or_else(|| DeviceError::Design(d.clone()))?),
             None => None,
         };
-        let store = open_store(&cfg.store, cfg.store_size)?;
+        let (store, kill_hook) =
+            open_store_with(&cfg.store, cfg.store_size, cfg.test_kill_in_psync)?;
         let pager = Pager::new(cfg.window_size, cfg.fault_threads)?;
         Ok(Arc::new(PmoService {
             store,
@@ -200,6 +223,7 @@ impl PmoService {
                 pending: Mutex::new(VecDeque::new()),
                 kick: EventFd::new(EFD_NONBLOCK).map_err(DeviceError::EventFd)?,
             }),
+            kill_hook,
         }))
     }
 
@@ -347,6 +371,9 @@ impl PmoService {
             return Err(Status::Perm);
         }
         let start = Instant::now();
+        if let Some(k) = &self.kill_hook {
+            k.arm(true);
+        }
         let guard = a.source.session.read().unwrap_or_else(|e| e.into_inner());
         let session = guard.as_ref().ok_or(Status::NoEnt)?;
         let n = self
@@ -359,6 +386,9 @@ impl PmoService {
                 log::error!("pmo: psync of {:?}: {e}", a.name);
                 store_status(&e)
             })?;
+        if let Some(k) = &self.kill_hook {
+            k.arm(false);
+        }
         a.psyncs.fetch_add(1, Ordering::Relaxed);
         a.psync_pages.fetch_add(n, Ordering::Relaxed);
         a.psync_ns

@@ -28,6 +28,7 @@ fn service(dir: &Path) -> Arc<PmoService> {
         design: None,
         window_size: 16 << 20,
         fault_threads: 2,
+        test_kill_in_psync: None,
     })
     .unwrap()
 }

@@ -7,10 +7,12 @@
 
 mod crash;
 mod file;
+mod kill;
 mod timing;
 
 pub use crash::{CrashMedium, CrashMode};
 pub use file::{FileMedium, Persistence};
+pub use kill::KillInPsync;
 pub use timing::{PmTiming, TimedMedium};
 
 /// Errors of a medium.
