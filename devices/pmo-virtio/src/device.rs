@@ -351,6 +351,19 @@ impl PmoService {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&handle)
             .ok_or(Status::NoEnt)?;
+        let s = &a.stats;
+        log::info!(
+            "pmo: detach {:?} ({}): {} faults ({} us total), {} pages decrypted, {} psyncs of {} pages ({} us), {} integrity failures",
+            a.name,
+            if a.perm == Perm::Write { "w" } else { "r" },
+            s.faults.load(Ordering::Relaxed),
+            s.fault_ns_total.load(Ordering::Relaxed) / 1000,
+            s.pages_decrypted.load(Ordering::Relaxed),
+            a.psyncs.load(Ordering::Relaxed),
+            a.psync_pages.load(Ordering::Relaxed),
+            a.psync_ns.load(Ordering::Relaxed) / 1000,
+            s.integrity_failures.load(Ordering::Relaxed),
+        );
         // Plaintext leaves the window first; then the session ends (in the background).
         if let Err(e) = self.pager.detach(a.offset) {
             log::error!("pmo: detach window slice: {e}");
