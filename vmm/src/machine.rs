@@ -176,6 +176,7 @@ impl Machine {
         let mut devmem = Window::new(layout::DEVICE_MEM_START, layout::DEVICE_MEM_SIZE);
 
         let mut slots = Vec::new();
+        let mapper = vm.slot_mapper();
         let mut pmem_files = Vec::new();
         for (path, size) in &cfg.pmem {
             let mut dev = Pmem::open(path, *size)?;
@@ -189,9 +190,7 @@ impl Machine {
                 // lives inside its transport, which the PCI root (owned by the
                 // MMIO bus, owned by the machine) keeps alive;
                 // `Machine` drops its slots before anything else.
-                slots.push(unsafe {
-                    vm.map_device_memory(gpa, region.host_addr, region.len, false)?
-                });
+                slots.push(unsafe { mapper.map(gpa, region.host_addr, region.len, false)? });
             }
             let file = std::fs::OpenOptions::new()
                 .write(true)

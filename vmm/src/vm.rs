@@ -128,22 +128,6 @@ impl Vm {
         &self.mem
     }
 
-    /// Maps host memory that a device owns at `gpa`; the slot goes away with the returned guard.
-    ///
-    /// # Safety
-    /// `host_addr..host_addr+len` must stay mapped for as long as the returned
-    /// [`MemSlot`] lives, because the guest reads and writes it directly.
-    pub unsafe fn map_device_memory(
-        &self,
-        gpa: u64,
-        host_addr: u64,
-        len: u64,
-        read_only: bool,
-    ) -> Result<MemSlot, VmError> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.slot_mapper().map(gpa, host_addr, len, read_only) }
-    }
-
     /// A handle devices keep to (re)map their memory when the guest moves a BAR.
     pub fn slot_mapper(&self) -> SlotMapper {
         SlotMapper {

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use virtio_devices::{
-    read_config_bytes, ActivateContext, ActivateError, DeviceMemory, InterruptKind, QueueHandler,
-    QueueWorker, VirtioDevice, VirtioInterrupt, VIRTIO_F_VERSION_1,
+    drain_queue, read_config_bytes, ActivateContext, ActivateError, DeviceMemory, InterruptKind,
+    QueueHandler, QueueWorker, VirtioDevice, VirtioInterrupt, VIRTIO_F_VERSION_1,
 };
 use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
@@ -585,51 +585,49 @@ struct Handler {
     service: Arc<PmoService>,
 }
 
-impl Handler {
-    /// Reads the request part of a chain and writes the response part.
-    fn serve(&self, chain: virtio_queue::DescriptorChain<&GuestMemoryMmap>) -> u32 {
-        let mem = chain.memory();
-        let (Ok(mut reader), Ok(mut writer)) =
-            (chain.clone().reader(mem), chain.clone().writer(mem))
-        else {
-            log::warn!("virtio-pmo: malformed descriptor chain");
-            return 0;
-        };
-        let n = reader.available_bytes().min(proto::MAX_REQUEST_LEN);
-        let mut req = zeroize::Zeroizing::new(vec![0u8; n]);
-        let (status, payload) = match std::io::Read::read_exact(&mut reader, &mut req) {
-            Err(_) => (Status::Proto, Vec::new()),
-            Ok(()) => match proto::parse(&req) {
-                Ok(r) => {
-                    log::debug!("virtio-pmo: {}", r.op_name());
-                    self.service.execute(r)
-                }
-                Err(s) => (s, Vec::new()),
-            },
-        };
-        let resp = proto::response(status, &payload);
-        let room = writer.available_bytes();
-        let out = &resp[..resp.len().min(room)];
-        match std::io::Write::write_all(&mut writer, out) {
-            Ok(()) => out.len() as u32,
-            Err(_) => 0,
-        }
-    }
-
-    fn process_control(&mut self) {
-        let mem = self.mem.clone();
-        let mut used = false;
-        while let Some(chain) = self.control.pop_descriptor_chain(&mem) {
-            let head = chain.head_index();
-            let len = self.serve(chain);
-            if self.control.add_used(&mem, head, len).is_err() {
-                log::error!("virtio-pmo: control queue broken");
-                return;
+/// Reads the request part of a chain and writes the response part.
+fn serve_request(
+    service: &PmoService,
+    chain: virtio_queue::DescriptorChain<&GuestMemoryMmap>,
+) -> u32 {
+    let mem = chain.memory();
+    let (Ok(mut reader), Ok(mut writer)) = (chain.clone().reader(mem), chain.clone().writer(mem))
+    else {
+        log::warn!("virtio-pmo: malformed descriptor chain");
+        return 0;
+    };
+    let n = reader.available_bytes().min(proto::MAX_REQUEST_LEN);
+    let mut req = zeroize::Zeroizing::new(vec![0u8; n]);
+    let (status, payload) = match std::io::Read::read_exact(&mut reader, &mut req) {
+        Err(_) => (Status::Proto, Vec::new()),
+        Ok(()) => match proto::parse(&req) {
+            Ok(r) => {
+                log::debug!("virtio-pmo: {}", r.op_name());
+                service.execute(r)
             }
-            used = true;
-        }
-        if used && self.control.needs_notification(&mem).unwrap_or(true) {
-            let _ = self.interrupt.trigger(InterruptKind::Queue(CONTROL_QUEUE));
+            Err(s) => (s, Vec::new()),
+        },
+    };
+    let resp = proto::response(status, &payload);
+    let room = writer.available_bytes();
+    let out = &resp[..resp.len().min(room)];
+    match std::io::Write::write_all(&mut writer, out) {
+        Ok(()) => out.len() as u32,
+        Err(_) => 0,
+    }
+}
+
+impl Handler {
+    fn process_control(&mut self) {
+        let service = &self.service;
+        if let Err(e) = drain_queue(
+            &mut self.control,
+            &self.mem,
+            &*self.interrupt,
+            CONTROL_QUEUE,
+            |c| serve_request(service, c),
+        ) {
+            log::error!("virtio-pmo: control queue broken: {e}");
         }
     }
 

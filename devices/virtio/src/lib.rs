@@ -99,6 +99,32 @@ pub struct DeviceMemory {
     pub len: u64,
 }
 
+/// Serves every available chain of `queue` with `serve` (which returns the
+/// bytes it wrote into the chain), then raises queue `index`'s interrupt if
+/// anything was used and the driver wants to hear about it.
+pub fn drain_queue(
+    queue: &mut Queue,
+    mem: &GuestMemoryMmap,
+    interrupt: &dyn VirtioInterrupt,
+    index: u16,
+    mut serve: impl FnMut(virtio_queue::DescriptorChain<&GuestMemoryMmap>) -> u32,
+) -> Result<(), virtio_queue::Error> {
+    use virtio_queue::QueueT;
+    let mut used = false;
+    while let Some(chain) = queue.pop_descriptor_chain(mem) {
+        let head = chain.head_index();
+        let len = serve(chain);
+        queue.add_used(mem, head, len)?;
+        used = true;
+    }
+    if used && queue.needs_notification(mem).unwrap_or(true) {
+        if let Err(e) = interrupt.trigger(InterruptKind::Queue(index)) {
+            log::error!("virtio: queue {index} interrupt: {e}");
+        }
+    }
+    Ok(())
+}
+
 /// Copies `value` (little-endian bytes of a config structure) into `data` at
 /// `offset`, the way every device's `read_config` needs it.
 pub fn read_config_bytes(config: &[u8], offset: u64, data: &mut [u8]) {

@@ -12,12 +12,12 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use virtio_queue::{Queue, QueueT};
+use virtio_queue::Queue;
 use vm_memory::{ByteValued, GuestMemoryMmap, Le32};
 
 use crate::worker::{QueueHandler, QueueWorker};
 use crate::{
-    read_config_bytes, ActivateContext, ActivateError, DeviceMemory, InterruptKind, VirtioDevice,
+    drain_queue, read_config_bytes, ActivateContext, ActivateError, DeviceMemory, VirtioDevice,
     VirtioInterrupt, VIRTIO_F_VERSION_1,
 };
 
@@ -234,60 +234,47 @@ struct FlushHandler {
     file: Arc<File>,
 }
 
-impl FlushHandler {
-    /// Serves one request; returns the number of bytes written to the guest.
-    fn serve(&self, chain: virtio_queue::DescriptorChain<&GuestMemoryMmap>) -> u32 {
-        let mem = chain.memory();
-        let (Ok(mut reader), Ok(mut writer)) =
-            (chain.clone().reader(mem), chain.clone().writer(mem))
-        else {
-            log::warn!("virtio-pmem: malformed descriptor chain");
-            return 0;
-        };
-        let status = match reader.read_obj::<Le32>() {
-            Ok(t) if t.to_native() == REQ_TYPE_FLUSH => match self.file.sync_data() {
-                Ok(()) => RESP_OK,
-                Err(e) => {
-                    log::error!("virtio-pmem: fdatasync: {e}");
-                    RESP_EIO
-                }
-            },
-            Ok(t) => {
-                log::warn!("virtio-pmem: unknown request type {}", t.to_native());
+/// Serves one request; returns the number of bytes written to the guest.
+fn serve_flush(file: &File, chain: virtio_queue::DescriptorChain<&GuestMemoryMmap>) -> u32 {
+    let mem = chain.memory();
+    let (Ok(mut reader), Ok(mut writer)) = (chain.clone().reader(mem), chain.clone().writer(mem))
+    else {
+        log::warn!("virtio-pmem: malformed descriptor chain");
+        return 0;
+    };
+    let status = match reader.read_obj::<Le32>() {
+        Ok(t) if t.to_native() == REQ_TYPE_FLUSH => match file.sync_data() {
+            Ok(()) => RESP_OK,
+            Err(e) => {
+                log::error!("virtio-pmem: fdatasync: {e}");
                 RESP_EIO
             }
-            Err(_) => {
-                log::warn!("virtio-pmem: request too short");
-                RESP_EIO
-            }
-        };
-        match writer.write_obj(Le32::from(status)) {
-            Ok(()) => 4,
-            Err(_) => {
-                log::warn!("virtio-pmem: no room for the response");
-                0
-            }
+        },
+        Ok(t) => {
+            log::warn!("virtio-pmem: unknown request type {}", t.to_native());
+            RESP_EIO
+        }
+        Err(_) => {
+            log::warn!("virtio-pmem: request too short");
+            RESP_EIO
+        }
+    };
+    match writer.write_obj(Le32::from(status)) {
+        Ok(()) => 4,
+        Err(_) => {
+            log::warn!("virtio-pmem: no room for the response");
+            0
         }
     }
 }
 
 impl QueueHandler for FlushHandler {
-    fn process_queue(&mut self, _index: u16) {
-        let mem = self.mem.clone();
-        let mut used_any = false;
-        while let Some(chain) = self.queue.pop_descriptor_chain(&mem) {
-            let head = chain.head_index();
-            let len = self.serve(chain);
-            if let Err(e) = self.queue.add_used(&mem, head, len) {
-                log::error!("virtio-pmem: add_used: {e}");
-                return;
-            }
-            used_any = true;
-        }
-        if used_any && self.queue.needs_notification(&mem).unwrap_or(true) {
-            if let Err(e) = self.interrupt.trigger(InterruptKind::Queue(0)) {
-                log::error!("virtio-pmem: interrupt: {e}");
-            }
+    fn process_queue(&mut self, index: u16) {
+        let file = &self.file;
+        if let Err(e) = drain_queue(&mut self.queue, &self.mem, &*self.interrupt, index, |c| {
+            serve_flush(file, c)
+        }) {
+            log::error!("virtio-pmem: request queue: {e}");
         }
     }
 }

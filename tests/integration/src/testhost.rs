@@ -333,11 +333,9 @@ fn build_payload(env: &Env, pmovmm: &Path, specs: &[VmSpec], disks: &[Disk]) -> 
         let k_in = format!("/{}", image_path(kernel, &mut files));
         let i_in = format!("/{}", image_path(initrd, &mut files));
         let mut used = Vec::new();
-        let mut pmem_in = Vec::new();
-        for p in &spec.pmem {
-            let Some(d) = disks.iter().position(|d| d.host == p.path) else {
-                continue;
-            };
+        // A host file's path inside L1, copied in before its first VM.
+        let mut inside = |path: &Path| -> Option<PathBuf> {
+            let d = disks.iter().position(|d| d.host == path)?;
             if !copied_in[d] {
                 job += &format!(
                     "th_file_in {} {}\n",
@@ -347,23 +345,10 @@ fn build_payload(env: &Env, pmovmm: &Path, specs: &[VmSpec], disks: &[Disk]) -> 
                 copied_in[d] = true;
             }
             used.push(d);
-            pmem_in.push(disks[d].inside.clone());
-        }
-        let mut store_in = None;
-        if let Some(p) = &spec.pmo_store {
-            if let Some(d) = disks.iter().position(|d| d.host == p.path) {
-                if !copied_in[d] {
-                    job += &format!(
-                        "th_file_in {} {}\n",
-                        disks[d].serial,
-                        sh_quote(&disks[d].inside.display().to_string())
-                    );
-                    copied_in[d] = true;
-                }
-                used.push(d);
-                store_in = Some(disks[d].inside.clone());
-            }
-        }
+            Some(disks[d].inside.clone())
+        };
+        let pmem_in: Vec<PathBuf> = spec.pmem.iter().filter_map(|p| inside(&p.path)).collect();
+        let store_in = spec.pmo_store.as_ref().and_then(|p| inside(&p.path));
         let args = vmm_args(
             spec,
             Path::new(&k_in),
