@@ -69,6 +69,16 @@ pub trait PageSource: Send + Sync {
     fn writable(&self) -> bool;
 }
 
+/// Chooses pages to pre-populate after a demand fault on `page` by thread
+/// `tid`; pushes them into the vector. Runs on a fault thread: keep it cheap.
+pub type Predict = Box<dyn FnMut(u64, u32, &mut Vec<u64>) + Send>;
+
+/// Where fault threads hand predicted pages to the prefetch worker.
+type PrefetchQueue = std::sync::mpsc::SyncSender<(Arc<Slice>, u64)>;
+
+/// Predicted pages waiting for the prefetch worker; beyond this they are dropped.
+const PREFETCH_BACKLOG: usize = 4096;
+
 /// Fault latency histogram buckets: bucket i counts faults of [2^i, 2^(i+1)) microseconds.
 pub const HIST_BUCKETS: usize = 16;
 
@@ -81,6 +91,8 @@ pub struct SliceStats {
     pub pages_prefetched: AtomicU64,
     pub integrity_failures: AtomicU64,
     pub wp_faults: AtomicU64,
+    /// Demand faults on pages that were predicted but not yet installed (late prefetches).
+    pub prefetch_late: AtomicU64,
     pub fault_hist: [AtomicU64; HIST_BUCKETS],
 }
 
@@ -100,6 +112,11 @@ struct Slice {
     npages: u64,
     source: Arc<dyn PageSource>,
     dirty: Vec<AtomicU64>,
+    /// Pages installed (by a fault or a prefetch), so prefetch skips them.
+    installed: Vec<AtomicU64>,
+    /// Pages handed to the prefetch worker.
+    predicted: Vec<AtomicU64>,
+    predict: Mutex<Option<Predict>>,
     poisoned: Mutex<Vec<u64>>,
     /// Refused pages now served as read-only zeros (see `zero_refused`).
     zeroed: Mutex<Vec<u64>>,
@@ -108,11 +125,20 @@ struct Slice {
     closing: AtomicBool,
 }
 
+/// Sets bit `page` of a bitmap; returns whether it was set before.
+fn set_bit(bits: &[AtomicU64], page: u64) -> bool {
+    bits.get((page / 64) as usize)
+        .is_some_and(|w| w.fetch_or(1 << (page % 64), Ordering::AcqRel) & (1 << (page % 64)) != 0)
+}
+
+fn test_bit(bits: &[AtomicU64], page: u64) -> bool {
+    bits.get((page / 64) as usize)
+        .is_some_and(|w| w.load(Ordering::Acquire) & (1 << (page % 64)) != 0)
+}
+
 impl Slice {
     fn mark_dirty(&self, page: u64) {
-        if let Some(w) = self.dirty.get((page / 64) as usize) {
-            w.fetch_or(1 << (page % 64), Ordering::AcqRel);
-        }
+        set_bit(&self.dirty, page);
     }
 }
 
@@ -165,6 +191,8 @@ pub struct Pager {
     refused: AtomicU64,
     stop: vmm_sys_util::eventfd::EventFd,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Feeds the prefetch worker; dropped at shutdown to stop it.
+    prefetch: Mutex<Option<PrefetchQueue>>,
 }
 
 impl Pager {
@@ -187,7 +215,20 @@ impl Pager {
             stop: vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK)
                 .map_err(PagerError::EventFd)?,
             threads: Mutex::new(Vec::new()),
+            prefetch: Mutex::new(None),
         });
+        let (tx, rx) = std::sync::mpsc::sync_channel(PREFETCH_BACKLOG);
+        *pager.prefetch.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        let weak = Arc::downgrade(&pager);
+        let worker = std::thread::Builder::new()
+            .name("pmo-prefetch".into())
+            .spawn(move || prefetch_worker(weak, rx))
+            .map_err(PagerError::Spawn)?;
+        pager
+            .threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(worker);
         for i in 0..threads.max(1) {
             // Threads hold the pager weakly so dropping the last owner stops them.
             let weak = Arc::downgrade(&pager);
@@ -267,6 +308,13 @@ impl Pager {
     /// Stops the fault threads (they also stop when the pager is dropped).
     pub fn shutdown(&self) {
         let _ = self.stop.write(1);
+        // Closing the channel ends the prefetch worker.
+        drop(
+            self.prefetch
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         let me = std::thread::current().id();
         for t in threads {
@@ -315,6 +363,13 @@ impl Pager {
             dirty: (0..npages.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
+            installed: (0..npages.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            predicted: (0..npages.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            predict: Mutex::new(None),
             poisoned: Mutex::new(Vec::new()),
             zeroed: Mutex::new(Vec::new()),
             stats: stats.clone(),
@@ -325,6 +380,18 @@ impl Pager {
             .unwrap_or_else(|e| e.into_inner())
             .insert(start, slice);
         Ok((start * PAGE_U64, stats))
+    }
+
+    /// Gives the attachment at `offset` a predictor (or takes it away): after
+    /// each demand fault it names pages that the prefetch worker then decrypts,
+    /// verifies and installs off the fault path.
+    pub fn set_predictor(&self, offset: u64, predict: Option<Predict>) -> Result<(), PagerError> {
+        *self
+            .slice_at(offset)?
+            .predict
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = predict;
+        Ok(())
     }
 
     fn slice_at(&self, offset: u64) -> Result<Arc<Slice>, PagerError> {
@@ -474,11 +541,16 @@ impl Pager {
                 // The histogram covers lookup, decryption and verification.
                 slice.stats.pages_decrypted.fetch_add(1, Ordering::Relaxed);
                 slice.stats.record_fault(start.elapsed().as_nanos() as u64);
+                if test_bit(&slice.predicted, page) {
+                    slice.stats.prefetch_late.fetch_add(1, Ordering::Relaxed);
+                }
                 if !self.install(f.address, buf, wp) {
                     // A racing fault or prefetch installed it first.
                     slice.stats.pages_decrypted.fetch_sub(1, Ordering::Relaxed);
                 }
+                set_bit(&slice.installed, page);
                 buf.fill(0);
+                self.predict_after(&slice, page, f.tid);
             }
             Err(e) => {
                 slice
@@ -503,6 +575,50 @@ impl Pager {
                 }
             }
         }
+    }
+
+    /// Asks the slice's predictor what to pre-populate after a fault on `page`
+    /// and queues what is not there yet.
+    fn predict_after(&self, slice: &Arc<Slice>, page: u64, tid: u32) {
+        let mut pages = Vec::new();
+        {
+            let mut p = slice.predict.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(predict) = p.as_mut() else { return };
+            predict(page, tid, &mut pages);
+        }
+        let tx = self
+            .prefetch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let Some(tx) = tx else { return };
+        for p in pages {
+            if p >= slice.npages || test_bit(&slice.installed, p) || set_bit(&slice.predicted, p) {
+                continue;
+            }
+            // A full backlog drops the prediction: prefetch never delays a fault.
+            if tx.try_send((slice.clone(), p)).is_err() {
+                break;
+            }
+        }
+    }
+
+    /// Pre-populates one predicted page: fill from the source and install it,
+    /// unless a fault got there first. A page that fails verification is left
+    /// alone: only a real access to it is refused (see `handle`).
+    fn prefetch_page(&self, slice: &Slice, page: u64, buf: &mut [u8; PAGE]) {
+        if slice.closing.load(Ordering::Acquire) || test_bit(&slice.installed, page) {
+            return;
+        }
+        if slice.source.fill(page, buf).is_err() {
+            return;
+        }
+        let addr = self.page_addr(slice, page);
+        if self.install(addr, buf, slice.source.writable()) {
+            slice.stats.pages_prefetched.fetch_add(1, Ordering::Relaxed);
+        }
+        set_bit(&slice.installed, page);
+        buf.fill(0);
     }
 
     /// Installs a page, retrying while the kernel asks us to; true if we put it there.
@@ -597,6 +713,18 @@ fn serve(pager: std::sync::Weak<Pager>, uffd: &Uffd, stop: &vmm_sys_util::eventf
                 }
             }
         }
+    }
+}
+
+/// Prefetch worker body: install predicted pages while the pager lives.
+fn prefetch_worker(
+    pager: std::sync::Weak<Pager>,
+    rx: std::sync::mpsc::Receiver<(Arc<Slice>, u64)>,
+) {
+    let mut buf = Box::new([0u8; PAGE]);
+    while let Ok((slice, page)) = rx.recv() {
+        let Some(p) = pager.upgrade() else { return };
+        p.prefetch_page(&slice, page, &mut buf);
     }
 }
 

@@ -2,6 +2,7 @@
 //! the real userfaultfd delivers the faults.
 
 use super::*;
+use std::time::Instant;
 
 /// Page `p` holds bytes `p as u8` with its index in the first 8 bytes.
 struct Pattern {
@@ -226,4 +227,78 @@ fn dropping_the_pager_stops_its_threads() {
     let weak = Arc::downgrade(&pager);
     drop(pager);
     assert!(weak.upgrade().is_none());
+}
+
+/// Waits (bounded) until `cond` holds; the test fails if it never does.
+fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn predicted_pages_are_installed_off_the_fault_path() {
+    let pager = Pager::new(64 * PAGE_U64, 1).unwrap();
+    let (off, stats) = pager
+        .attach(
+            Arc::new(Pattern {
+                writable: false,
+                bad_page: Some(2),
+            }),
+            32,
+        )
+        .unwrap();
+    // Next four pages after each fault, like a stream buffer of depth 4.
+    pager
+        .set_predictor(
+            off,
+            Some(Box::new(|page, _tid, out: &mut Vec<u64>| {
+                out.extend(page + 1..=page + 4)
+            })),
+        )
+        .unwrap();
+    let base = pager.host_addr() + off;
+    // Touch page 0: pages 1..=4 get predicted; page 2 fails verification and stays out.
+    assert_eq!(read_u64(base), 0);
+    wait_for("pages 1, 3 and 4 prefetched", || {
+        stats.pages_prefetched.load(Ordering::Relaxed) == 3
+    });
+    for p in [1u64, 3, 4] {
+        assert_eq!(read_u64(base + p * PAGE_U64), p);
+    }
+    assert_eq!(
+        stats.faults.load(Ordering::Relaxed),
+        1,
+        "prefetched pages did not fault"
+    );
+    let mut vec = [0u8; 1];
+    // SAFETY: mincore on one page of our own mapping.
+    assert_eq!(
+        unsafe { libc::mincore((base + 2 * PAGE_U64) as *mut _, PAGE, vec.as_mut_ptr()) },
+        0
+    );
+    assert_eq!(
+        vec[0] & 1,
+        0,
+        "the page that failed verification was never installed"
+    );
+    assert_eq!(
+        pager.refused_pages(),
+        0,
+        "a failed prediction refuses nothing by itself"
+    );
+    // Every page ends up installed exactly once, by a fault or by a prefetch.
+    for p in 5..32u64 {
+        assert_eq!(read_u64(base + p * PAGE_U64), p);
+    }
+    // Counters settle just after the wake-up: a fault and a prefetch racing
+    // for one page both count it until the loser sees EEXIST.
+    wait_for("each page counted once", || {
+        stats.pages_decrypted.load(Ordering::Relaxed)
+            + stats.pages_prefetched.load(Ordering::Relaxed)
+            == 31
+    });
+    pager.detach(off).unwrap();
 }
