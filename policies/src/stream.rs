@@ -1,0 +1,56 @@
+//! The baseline predictors: none, and the paper's stream buffer.
+
+use crate::{push_candidate, FaultEvent, Predictor};
+
+/// Never predicts. The `d` design (DRAM shadow paging without prediction) and the baseline every
+/// other predictor must beat.
+#[derive(Debug, Default, Clone)]
+pub struct NonePredictor;
+
+impl Predictor for NonePredictor {
+    fn on_fault(&mut self, _ev: &FaultEvent, _out: &mut Vec<u64>) {}
+
+    fn name(&self) -> String {
+        "none".to_string()
+    }
+}
+
+/// The stream buffer of seed 000 §4.2: after a fault on page p, predict p+1 ..= p+depth, clipped
+/// to the PMO. Stateless, so it costs nothing on the fault path.
+///
+/// Note: the pager only sees *demand* faults (a pre-populated page never faults), so on a pure
+/// sequential scan one page in depth+1 still faults and coverage is at most depth/(depth+1).
+/// The paper's kernel pager took a (cheap) fault on every first touch and re-invoked the
+/// predictor there; a userfaultfd pager cannot, which is why [`crate::Adaptive`] widens its depth.
+#[derive(Debug, Clone)]
+pub struct Stream {
+    depth: usize,
+}
+
+impl Stream {
+    pub fn new(depth: usize) -> Self {
+        Stream { depth }
+    }
+
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+}
+
+impl Predictor for Stream {
+    fn on_fault(&mut self, ev: &FaultEvent, out: &mut Vec<u64>) {
+        let start = out.len();
+        for k in 1..=self.depth as u64 {
+            match ev.page.checked_add(k) {
+                Some(p) if p < ev.npages => {
+                    push_candidate(out, start, ev, p);
+                }
+                _ => break,
+            }
+        }
+    }
+
+    fn name(&self) -> String {
+        format!("stream:{}", self.depth)
+    }
+}

@@ -1,0 +1,154 @@
+//! Per-thread stride detection.
+
+use std::collections::HashMap;
+
+use crate::{offset_page, push_candidate, FaultEvent, Predictor};
+
+/// Most threads tracked at once. The pager's thread ids are unbounded over a long run (threads come
+/// and go), so the table evicts the least recently faulting thread instead of growing.
+const MAX_THREADS: usize = 256;
+
+#[derive(Debug, Clone, Copy)]
+struct ThreadState {
+    last_page: u64,
+    last_delta: Option<i64>,
+    stride: Option<i64>,
+    last_seen: u64,
+}
+
+/// Per-thread delta history shared by [`Stride`] and [`crate::Adaptive`].
+///
+/// A stride is established when one thread's two consecutive fault deltas are equal. Once
+/// established it survives faults that land further along the same line: with pre-population
+/// working, the pages in between never fault, so the next fault is `k * stride` away
+/// (k <= depth + 1), not `stride` away. Any other delta drops it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StrideTable {
+    threads: HashMap<u32, ThreadState>,
+    clock: u64,
+}
+
+impl StrideTable {
+    /// Records the fault and returns the stride now established for its thread, if any.
+    pub(crate) fn observe(&mut self, ev: &FaultEvent, depth: usize) -> Option<i64> {
+        self.clock += 1;
+        let clock = self.clock;
+        if !self.threads.contains_key(&ev.thread) && self.threads.len() >= MAX_THREADS {
+            self.evict_oldest();
+        }
+        let page = ev.page;
+        let st = self.threads.entry(ev.thread).or_insert(ThreadState {
+            last_page: page,
+            last_delta: None,
+            stride: None,
+            last_seen: clock,
+        });
+        if st.last_seen == clock {
+            // First fault of this thread: nothing to compare with yet.
+            return None;
+        }
+        st.last_seen = clock;
+        let delta = i128::from(page) - i128::from(st.last_page);
+        st.last_page = page;
+        let Ok(delta) = i64::try_from(delta) else {
+            st.last_delta = None;
+            st.stride = None;
+            return None;
+        };
+        if delta == 0 {
+            // A repeated fault on the same page (e.g. a racing vCPU) says nothing about direction.
+            return st.stride;
+        }
+        if let Some(s) = st.stride {
+            if delta % s == 0 {
+                let k = delta / s;
+                if k >= 1 && k <= depth as i64 + 1 {
+                    st.last_delta = Some(s);
+                    return Some(s);
+                }
+            }
+        }
+        st.stride = if st.last_delta == Some(delta) {
+            Some(delta)
+        } else {
+            None
+        };
+        st.last_delta = Some(delta);
+        st.stride
+    }
+
+    /// After predicting up to `page` for this thread, measure the next delta from there: the
+    /// predicted pages will not fault, so the thread's next fault continues from the tail of
+    /// the prediction, not from the faulting page. Without this, a stream prediction of depth d
+    /// on a sequential scan would show up as a false stride of d+1.
+    pub(crate) fn set_tail(&mut self, thread: u32, page: u64) {
+        if let Some(st) = self.threads.get_mut(&thread) {
+            st.last_page = page;
+        }
+    }
+
+    fn evict_oldest(&mut self) {
+        if let Some((&tid, _)) = self.threads.iter().min_by_key(|(_, st)| st.last_seen) {
+            self.threads.remove(&tid);
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn thread_count(&self) -> usize {
+        self.threads.len()
+    }
+}
+
+/// Pushes `page + stride, page + 2*stride, ...` (`depth` of them, clipped to the PMO).
+pub(crate) fn push_stride(ev: &FaultEvent, stride: i64, depth: usize, out: &mut Vec<u64>) {
+    let start = out.len();
+    for k in 1..=depth as u64 {
+        match offset_page(ev.page, stride, k, ev.npages) {
+            Some(p) => {
+                push_candidate(out, start, ev, p);
+            }
+            None => break,
+        }
+    }
+}
+
+/// Stride predictor: once a thread's faults show a constant delta s (two equal consecutive
+/// deltas), predict p+s, p+2s, ... `depth` times. Negative strides (reverse walks) work the same.
+/// History is kept per faulting thread, so two threads walking different strides (TMM's tiles,
+/// one thread per tile row) do not break each other's detection. Predicts nothing until a
+/// stride is established: a wrong guess costs a decrypt and PM bandwidth.
+#[derive(Debug, Clone)]
+pub struct Stride {
+    depth: usize,
+    table: StrideTable,
+}
+
+impl Stride {
+    pub fn new(depth: usize) -> Self {
+        Stride {
+            depth,
+            table: StrideTable::default(),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn thread_count(&self) -> usize {
+        self.table.thread_count()
+    }
+}
+
+impl Predictor for Stride {
+    fn on_fault(&mut self, ev: &FaultEvent, out: &mut Vec<u64>) {
+        if let Some(s) = self.table.observe(ev, self.depth) {
+            let start = out.len();
+            push_stride(ev, s, self.depth, out);
+            if let Some(&tail) = out[start..].last() {
+                self.table.set_tail(ev.thread, tail);
+            }
+        }
+    }
+
+    fn name(&self) -> String {
+        format!("stride:{}", self.depth)
+    }
+}
