@@ -157,7 +157,7 @@ impl Predictor for Adaptive {
         if self.outstanding.remove(&ev.page).is_some() {
             self.outcome(true);
         }
-        let stride = self.strides.observe(ev, self.depth);
+        let stride = self.strides.observe(ev);
         let depth = if self.enabled {
             self.depth
         } else if self.faults.is_multiple_of(PROBE_EVERY) {
@@ -179,9 +179,8 @@ impl Predictor for Adaptive {
                 }
             }
         }
-        if let Some(&tail) = out[start..].last() {
-            self.strides.set_tail(ev.thread, tail);
-        }
+        self.strides
+            .set_line(ev.thread, stride.unwrap_or(1), depth as u64);
         for &p in &out[start..] {
             self.outstanding.insert(p, self.faults);
             self.issue_order.push_back((p, self.faults));

@@ -11,6 +11,9 @@ const MAX_THREADS: usize = 256;
 #[derive(Debug, Clone, Copy)]
 struct ThreadState {
     last_page: u64,
+    /// The line predicted at the last fault, as (step, steps): pages last_page + k*step for
+    /// k in 1..=steps were handed to the pager.
+    line: Option<(i64, u64)>,
     last_delta: Option<i64>,
     stride: Option<i64>,
     last_seen: u64,
@@ -18,10 +21,14 @@ struct ThreadState {
 
 /// Per-thread delta history shared by [`Stride`] and [`crate::Adaptive`].
 ///
-/// A stride is established when one thread's two consecutive fault deltas are equal. Once
-/// established it survives faults that land further along the same line: with pre-population
-/// working, the pages in between never fault, so the next fault is `k * stride` away
-/// (k <= depth + 1), not `stride` away. Any other delta drops it.
+/// A stride is established when one thread's two consecutive fault deltas are equal.
+///
+/// Deltas are measured *through* the last prediction: with pre-population working, predicted
+/// pages do not fault, so after predicting p+s .. p+n*s the next fault is typically p+(n+1)*s,
+/// and a late access to a page still in flight faults somewhere inside that line. Either way the
+/// fault continues the line, so it counts as a delta of one step. Without this a stream of depth d
+/// on a sequential scan would read as a false stride of d+1, and one slow pre-population would
+/// break an established stride.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct StrideTable {
     threads: HashMap<u32, ThreadState>,
@@ -30,7 +37,7 @@ pub(crate) struct StrideTable {
 
 impl StrideTable {
     /// Records the fault and returns the stride now established for its thread, if any.
-    pub(crate) fn observe(&mut self, ev: &FaultEvent, depth: usize) -> Option<i64> {
+    pub(crate) fn observe(&mut self, ev: &FaultEvent) -> Option<i64> {
         self.clock += 1;
         let clock = self.clock;
         if !self.threads.contains_key(&ev.thread) && self.threads.len() >= MAX_THREADS {
@@ -39,6 +46,7 @@ impl StrideTable {
         let page = ev.page;
         let st = self.threads.entry(ev.thread).or_insert(ThreadState {
             last_page: page,
+            line: None,
             last_delta: None,
             stride: None,
             last_seen: clock,
@@ -48,42 +56,47 @@ impl StrideTable {
             return None;
         }
         st.last_seen = clock;
-        let delta = i128::from(page) - i128::from(st.last_page);
+        let raw = i128::from(page) - i128::from(st.last_page);
+        let line = st.line.take();
         st.last_page = page;
-        let Ok(delta) = i64::try_from(delta) else {
+        let Ok(raw) = i64::try_from(raw) else {
             st.last_delta = None;
             st.stride = None;
             return None;
         };
-        if delta == 0 {
+        if raw == 0 {
             // A repeated fault on the same page (e.g. a racing vCPU) says nothing about direction.
             return st.stride;
         }
-        if let Some(s) = st.stride {
-            if delta % s == 0 {
-                let k = delta / s;
-                if k >= 1 && k <= depth as i64 + 1 {
-                    st.last_delta = Some(s);
-                    return Some(s);
+        let delta = match line {
+            Some((step, steps)) if raw % step == 0 => {
+                let k = raw / step;
+                if k >= 1 && (k as u64) <= steps.saturating_add(1) {
+                    step
+                } else {
+                    raw
                 }
             }
-        }
-        st.stride = if st.last_delta == Some(delta) {
-            Some(delta)
-        } else {
-            None
+            _ => raw,
         };
+        if st.stride != Some(delta) {
+            st.stride = if st.last_delta == Some(delta) {
+                Some(delta)
+            } else {
+                None
+            };
+        }
         st.last_delta = Some(delta);
         st.stride
     }
 
-    /// After predicting up to `page` for this thread, measure the next delta from there: the
-    /// predicted pages will not fault, so the thread's next fault continues from the tail of
-    /// the prediction, not from the faulting page. Without this, a stream prediction of depth d
-    /// on a sequential scan would show up as a false stride of d+1.
-    pub(crate) fn set_tail(&mut self, thread: u32, page: u64) {
+    /// Tells the table that, at this thread's last fault, pages last + k*step for k in
+    /// 1..=steps were predicted (see the type's doc for why).
+    pub(crate) fn set_line(&mut self, thread: u32, step: i64, steps: u64) {
         if let Some(st) = self.threads.get_mut(&thread) {
-            st.last_page = page;
+            if step != 0 && steps > 0 {
+                st.line = Some((step, steps));
+            }
         }
     }
 
@@ -139,12 +152,9 @@ impl Stride {
 
 impl Predictor for Stride {
     fn on_fault(&mut self, ev: &FaultEvent, out: &mut Vec<u64>) {
-        if let Some(s) = self.table.observe(ev, self.depth) {
-            let start = out.len();
+        if let Some(s) = self.table.observe(ev) {
             push_stride(ev, s, self.depth, out);
-            if let Some(&tail) = out[start..].last() {
-                self.table.set_tail(ev.thread, tail);
-            }
+            self.table.set_line(ev.thread, s, self.depth as u64);
         }
     }
 

@@ -83,6 +83,10 @@ fn sequential_scan_adaptive_widens() {
     s.run(&seq_trace(8192));
     assert!(cov(&s) >= 0.9, "adaptive coverage {}", cov(&s));
     assert!(acc(&s) >= 0.9, "adaptive accuracy {}", acc(&s));
+    // Capped at 8 it reaches the 8/9 bound of a fixed depth 8 (no false strides from gaps).
+    let mut s8 = sim("adaptive:8", 8192);
+    s8.run(&seq_trace(8192));
+    assert!(cov(&s8) >= 0.87, "adaptive:8 coverage {}", cov(&s8));
     let mut a = Adaptive::new(16);
     for p in 0..4096u64 {
         // Every predicted page gets used before the next fault, as in a scan.
@@ -104,6 +108,21 @@ fn timeliness_drops_when_workers_are_slow() {
     let t = s.metrics.timeliness().unwrap_or(1.0);
     assert!(t < 0.5, "timeliness {t} should fall with slow workers");
     assert!(s.metrics.used_before_ready > 0);
+}
+
+/// Slow pre-population: many predicted pages are still in flight when touched, so the thread
+/// faults inside its own predicted line. The stride must survive that.
+#[test]
+fn stride_survives_late_faults() {
+    let npages = 64 * 1024;
+    let trace = strided_trace(5, 37, 1500, 0);
+    let mut s = sim("stride:4", npages);
+    s.cost = 2;
+    s.run(&trace);
+    let t = s.metrics.timeliness().unwrap_or(1.0);
+    assert!(t < 0.9, "workers should be late here, timeliness {t}");
+    assert!(cov(&s) >= 0.9, "stride coverage {}", cov(&s));
+    assert!(acc(&s) >= 0.95, "stride accuracy {}", acc(&s));
 }
 
 #[test]
@@ -210,25 +229,27 @@ fn repeated_irregular_pattern_markov_learns() {
     let pattern: Vec<(u64, u32)> = (0..300).map(|_| (rng.below(npages), 0)).collect();
     let mut markov = sim("markov", npages);
     let mut stream = sim("stream:4", npages);
-    for _ in 0..3 {
+    for session in 0..8 {
+        let before = markov.metrics;
         markov.run(&pattern);
         markov.detach();
         stream.run(&pattern);
         stream.detach();
+        if session == 0 {
+            continue; // nothing learned yet
+        }
+        let this = Metrics {
+            prefetched: markov.metrics.prefetched - before.prefetched,
+            prefetched_used: markov.metrics.prefetched_used - before.prefetched_used,
+            used_before_ready: markov.metrics.used_before_ready - before.used_before_ready,
+            demand_faults: markov.metrics.demand_faults - before.demand_faults,
+        };
+        let c = this.coverage().unwrap_or(0.0);
+        let a = this.accuracy().unwrap_or(0.0);
+        // Depth 4 bounds coverage at 4/5; a table that drifts between sessions falls below.
+        assert!(c >= 0.78, "markov coverage in session {session}: {c}");
+        assert!(a >= 0.9, "markov accuracy in session {session}: {a}");
     }
-    let before = markov.metrics;
-    markov.run(&pattern);
-    markov.detach();
-    let last = Metrics {
-        prefetched: markov.metrics.prefetched - before.prefetched,
-        prefetched_used: markov.metrics.prefetched_used - before.prefetched_used,
-        used_before_ready: markov.metrics.used_before_ready - before.used_before_ready,
-        demand_faults: markov.metrics.demand_faults - before.demand_faults,
-    };
-    let c = last.coverage().unwrap_or(0.0);
-    let a = last.accuracy().unwrap_or(0.0);
-    assert!(c >= 0.75, "markov coverage in a learned session {c}");
-    assert!(a >= 0.9, "markov accuracy in a learned session {a}");
     assert!(cov(&stream) < 0.05, "stream coverage {}", cov(&stream));
 }
 
@@ -287,6 +308,9 @@ fn stride_needs_two_equal_deltas() {
     assert_eq!(predict(&mut st, 120, 1000, 0), vec![130, 140, 150]);
     // Continuing past the predicted pages keeps the stride.
     assert_eq!(predict(&mut st, 160, 1000, 0), vec![170, 180, 190]);
+    // So does a late fault inside the predicted line (the page was still in flight).
+    assert_eq!(predict(&mut st, 180, 1000, 0), vec![190, 200, 210]);
+    assert_eq!(predict(&mut st, 220, 1000, 0), vec![230, 240, 250]);
     // A jump elsewhere drops it.
     assert!(predict(&mut st, 7, 1000, 0).is_empty());
 }
@@ -441,4 +465,26 @@ fn predictors_are_send() {
             is_send(&p);
         }
     }
+}
+
+#[test]
+fn markov_follows_the_most_frequent_successor() {
+    let mut m = Markov::new(2);
+    // Page 10 is followed by 20 twice and by 30 once; 20 by 40, 30 by 50.
+    for seq in [[10, 20, 40], [10, 30, 50], [10, 20, 40]] {
+        for p in seq {
+            predict(&mut m, p, 1000, 0);
+        }
+        predict(&mut m, 999, 1000, 0); // break the chain between runs
+    }
+    assert_eq!(predict(&mut m, 10, 1000, 1), vec![20, 40]);
+    // A tie keeps the successor seen first: one noisy session does not flip a learned edge.
+    let mut t = Markov::new(1);
+    for seq in [[1, 2], [1, 3]] {
+        for p in seq {
+            predict(&mut t, p, 100, 0);
+        }
+        predict(&mut t, 99, 100, 0);
+    }
+    assert_eq!(predict(&mut t, 1, 100, 1), vec![2]);
 }
