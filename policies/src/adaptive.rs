@@ -32,22 +32,24 @@ const START_DEPTH: usize = 2;
 /// Stride-with-stream-fallback whose depth follows its own measured accuracy.
 ///
 /// - Predicts the thread's stride if one is established (see [`crate::Stride`]), otherwise the
-///   next pages (stream), `depth` of them.
-/// - Tracks accuracy over the last [`WINDOW`] outcomes, from `on_feedback` and from predictions
-///   that expire unused after [`HORIZON`] faults.
-/// - Every [`EPOCH`] outcomes: doubles the depth (up to `max_depth`) when accuracy is high, halves
-///   it when low, and switches itself off when it is below [`OFF_BELOW`], so a random-access
-///   workload pays (almost) nothing.
-/// - While off it probes: a short prediction every [`PROBE_EVERY`] faults; if most probes are
-///   used, the access pattern changed and it switches back on.
+///   next pages (stream), `depth` of them. Starts at depth 2.
+/// - Tracks accuracy over the last 64 outcomes, from `on_feedback` and from predictions that
+///   expire unused after 64 further faults (the pager may only learn of waste at detach, too late
+///   to throttle within a session).
+/// - Every 16 outcomes: doubles the depth (up to `max_depth`) when accuracy is at least 80%,
+///   halves it below 50%, and switches itself off below 20%, so a random-access workload pays
+///   (almost) nothing. (The paper's TMM, at about 60%, keeps predicting.)
+/// - While off it probes: 2 pages every 32 faults; if 3 of 4 probed pages are used, the access
+///   pattern changed and it switches back on at depth 2.
 #[derive(Debug, Clone)]
 pub struct Adaptive {
     max_depth: usize,
     depth: usize,
     enabled: bool,
     strides: StrideTable,
-    /// Outstanding predictions: page -> fault sequence number at which it was predicted.
-    outstanding: HashMap<u64, u64>,
+    /// Outstanding predictions: page -> (fault sequence number at which it was predicted,
+    /// thread it was predicted for).
+    outstanding: HashMap<u64, (u64, u32)>,
     /// Same predictions in issue order, for expiry (entries already resolved are skipped).
     issue_order: VecDeque<(u64, u64)>,
     window: VecDeque<bool>,
@@ -140,7 +142,7 @@ impl Adaptive {
                 break;
             }
             self.issue_order.pop_front();
-            if self.outstanding.get(&page) == Some(&seq) {
+            if self.outstanding.get(&page).map(|&(s, _)| s) == Some(seq) {
                 self.outstanding.remove(&page);
                 self.outcome(false);
             }
@@ -154,7 +156,8 @@ impl Predictor for Adaptive {
         self.expire();
         // A fault on a page we predicted means it was used (late); the pager also sends
         // feedback, and whichever comes first resolves it once.
-        if self.outstanding.remove(&ev.page).is_some() {
+        if let Some((_, thread)) = self.outstanding.remove(&ev.page) {
+            self.strides.confirm_line(thread, ev.page);
             self.outcome(true);
         }
         let stride = self.strides.observe(ev);
@@ -179,16 +182,23 @@ impl Predictor for Adaptive {
                 }
             }
         }
-        self.strides
-            .set_line(ev.thread, stride.unwrap_or(1), depth as u64);
+        self.strides.set_line(
+            ev.thread,
+            stride.unwrap_or(1),
+            depth as u64,
+            stride.is_some(),
+        );
         for &p in &out[start..] {
-            self.outstanding.insert(p, self.faults);
+            self.outstanding.insert(p, (self.faults, ev.thread));
             self.issue_order.push_back((p, self.faults));
         }
     }
 
     fn on_feedback(&mut self, page: u64, used: bool) {
-        if self.outstanding.remove(&page).is_some() {
+        if let Some((_, thread)) = self.outstanding.remove(&page) {
+            if used {
+                self.strides.confirm_line(thread, page);
+            }
             self.outcome(used);
         }
     }

@@ -11,12 +11,22 @@ const MAX_THREADS: usize = 256;
 #[derive(Debug, Clone, Copy)]
 struct ThreadState {
     last_page: u64,
-    /// The line predicted at the last fault, as (step, steps): pages last_page + k*step for
-    /// k in 1..=steps were handed to the pager.
-    line: Option<(i64, u64)>,
+    /// The line predicted at the last fault (see [`Line`]).
+    line: Option<Line>,
     last_delta: Option<i64>,
     stride: Option<i64>,
     last_seen: u64,
+}
+
+/// Pages `last_page + k*step` for k in 1..=steps were handed to the pager at the thread's last
+/// fault. Only a `confirmed` line (one backed by an established stride, or by a predicted page
+/// the thread was seen to use) may explain the next fault: a guessed stream line that nobody used
+/// says nothing, and trusting it would read a stride of 3 as a stream continuation.
+#[derive(Debug, Clone, Copy)]
+struct Line {
+    step: i64,
+    steps: u64,
+    confirmed: bool,
 }
 
 /// Per-thread delta history shared by [`Stride`] and [`crate::Adaptive`].
@@ -69,10 +79,10 @@ impl StrideTable {
             return st.stride;
         }
         let delta = match line {
-            Some((step, steps)) if raw % step == 0 => {
-                let k = raw / step;
-                if k >= 1 && (k as u64) <= steps.saturating_add(1) {
-                    step
+            Some(l) if l.confirmed && raw % l.step == 0 => {
+                let k = raw / l.step;
+                if k >= 1 && (k as u64) <= l.steps.saturating_add(1) {
+                    l.step
                 } else {
                     raw
                 }
@@ -91,11 +101,32 @@ impl StrideTable {
     }
 
     /// Tells the table that, at this thread's last fault, pages last + k*step for k in
-    /// 1..=steps were predicted (see the type's doc for why).
-    pub(crate) fn set_line(&mut self, thread: u32, step: i64, steps: u64) {
+    /// 1..=steps were predicted (see the type's doc for why). `confirmed`: whether the line is
+    /// already trusted (it follows an established stride); otherwise see [`Self::confirm_line`].
+    pub(crate) fn set_line(&mut self, thread: u32, step: i64, steps: u64, confirmed: bool) {
         if let Some(st) = self.threads.get_mut(&thread) {
             if step != 0 && steps > 0 {
-                st.line = Some((step, steps));
+                st.line = Some(Line {
+                    step,
+                    steps,
+                    confirmed,
+                });
+            }
+        }
+    }
+
+    /// `page` was used; if it lies on this thread's current line, the line really is where the
+    /// thread is going. (A page from an older prediction confirms nothing about the new line.)
+    pub(crate) fn confirm_line(&mut self, thread: u32, page: u64) {
+        let Some(st) = self.threads.get_mut(&thread) else {
+            return;
+        };
+        let base = st.last_page;
+        if let Some(l) = st.line.as_mut() {
+            let off = i128::from(page) - i128::from(base);
+            let step = i128::from(l.step);
+            if off % step == 0 && off / step >= 1 && off / step <= i128::from(l.steps) {
+                l.confirmed = true;
             }
         }
     }
@@ -154,7 +185,7 @@ impl Predictor for Stride {
     fn on_fault(&mut self, ev: &FaultEvent, out: &mut Vec<u64>) {
         if let Some(s) = self.table.observe(ev) {
             push_stride(ev, s, self.depth, out);
-            self.table.set_line(ev.thread, s, self.depth as u64);
+            self.table.set_line(ev.thread, s, self.depth as u64, true);
         }
     }
 

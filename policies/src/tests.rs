@@ -158,6 +158,10 @@ fn interleaved_threads_keep_their_strides() {
     s.run(&trace);
     assert!(cov(&s) >= 0.75, "coverage {}", cov(&s));
     assert!(acc(&s) >= 0.95, "accuracy {}", acc(&s));
+    let mut ad = sim("adaptive", npages);
+    ad.run(&trace);
+    assert!(cov(&ad) >= 0.75, "adaptive coverage {}", cov(&ad));
+    assert!(acc(&ad) >= 0.9, "adaptive accuracy {}", acc(&ad));
     // The same trace with the thread ids erased defeats per-thread detection: the test above
     // really depends on the thread id.
     let merged: Vec<(u64, u32)> = trace.iter().map(|&(p, _)| (p, 0)).collect();
