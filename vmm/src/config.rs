@@ -112,7 +112,7 @@ pub enum ConfigError {
     PmemTooLarge(ByteSize),
     #[error("console \"{0}\": expected a file name or stdout")]
     InvalidConsole(String),
-    #[error("--pmo-design and --pmo-window need --pmo-store")]
+    #[error("--pmo-design, --pmo-window and --pmo-predictor need --pmo-store")]
     PmoWithoutStore,
     #[error("PMO store {path}: does not exist; give its size to create it (FILE,SIZE)")]
     PmoStoreSize { path: PathBuf },
@@ -285,6 +285,9 @@ pub struct RunArgs {
     /// Size of the PMO window (guest-visible space for attached PMOs) [default: 1G].
     #[arg(long, value_name = "SIZE")]
     pub pmo_window: Option<String>,
+    /// Prefetch predictor for PMO pages: none, stream[:N], stride[:N], markov[:N], adaptive[:MAX].
+    #[arg(long, value_name = "NAME")]
+    pub pmo_predictor: Option<String>,
     /// Test hook: the VMM kills itself at this persist point of a psync (crash tests).
     #[arg(long, value_name = "N", hide = true)]
     pub pmo_test_kill_in_psync: Option<u64>,
@@ -328,6 +331,8 @@ pub struct PmoConfig {
     pub window: u64,
     /// Test hook (`--pmo-test-kill-in-psync`), command line only.
     pub test_kill_in_psync: Option<u64>,
+    /// Predictor spec (validated by the device), command line only.
+    pub predictor: Option<String>,
 }
 
 /// Default PMO window: room for a few large PMOs attached at once; it is
@@ -537,8 +542,13 @@ impl VmConfig {
             None => Settings::default(),
         };
         let mut cfg = Self::validate(file.overridden_by(Settings::from_args(args)?))?;
-        if let Some(p) = &mut cfg.pmo {
-            p.test_kill_in_psync = args.pmo_test_kill_in_psync;
+        match &mut cfg.pmo {
+            Some(p) => {
+                p.test_kill_in_psync = args.pmo_test_kill_in_psync;
+                p.predictor = args.pmo_predictor.clone();
+            }
+            None if args.pmo_predictor.is_some() => return Err(ConfigError::PmoWithoutStore),
+            None => {}
         }
         Ok(cfg)
     }
@@ -623,6 +633,7 @@ impl VmConfig {
                     design: s.pmo_design,
                     window,
                     test_kill_in_psync: None,
+                    predictor: None,
                 })
             }
         };
@@ -1319,6 +1330,7 @@ mod tests {
                 design: Some("d".into()),
                 window: DEFAULT_PMO_WINDOW,
                 test_kill_in_psync: None,
+                predictor: None,
             })
         );
         assert_eq!(with(&[]).unwrap().pmo, None);
@@ -1346,5 +1358,17 @@ mod tests {
         ));
         let w = with(&["--pmo-store", &format!("{store},1G"), "--pmo-window", "64M"]).unwrap();
         assert_eq!(w.pmo.unwrap().window, 64 * MIB);
+        assert!(matches!(
+            with(&["--pmo-predictor", "stream:4"]).unwrap_err(),
+            ConfigError::PmoWithoutStore
+        ));
+        let p = with(&[
+            "--pmo-store",
+            &format!("{store},1G"),
+            "--pmo-predictor",
+            "stride:8",
+        ])
+        .unwrap();
+        assert_eq!(p.pmo.unwrap().predictor.as_deref(), Some("stride:8"));
     }
 }

@@ -229,6 +229,7 @@ impl Machine {
                 window_size: p.window,
                 fault_threads: PMO_FAULT_THREADS,
                 test_kill_in_psync: p.test_kill_in_psync,
+                predictor: p.predictor.clone(),
             })?;
             let service = dev.service().clone();
             let mut transport = VirtioPci::new(

@@ -47,6 +47,8 @@ pub enum DeviceError {
     Pager(#[from] PagerError),
     #[error("unknown PMO design {0:?}")]
     Design(String),
+    #[error("PMO predictor: {0}")]
+    Predictor(#[from] pmo_policies::PolicyError),
     #[error("eventfd: {0}")]
     EventFd(std::io::Error),
 }
@@ -63,6 +65,8 @@ pub struct PmoDeviceConfig {
     pub fault_threads: usize,
     /// Test hook: kill the process at this persist point of every psync.
     pub test_kill_in_psync: Option<u64>,
+    /// Predictor spec for every attachment (`stream:4`, `stride`, `markov`, ...).
+    pub predictor: Option<String>,
 }
 
 /// The store file, possibly behind the psync kill hook.
@@ -186,6 +190,7 @@ pub struct PmoService {
     next_handle: AtomicU64,
     events: Arc<EventSink>,
     kill_hook: KillHook,
+    predictor: Option<String>,
 }
 
 fn store_status(e: &StoreError) -> Status {
@@ -210,6 +215,10 @@ impl PmoService {
             Some(d) => Some(Design::from_name(d).ok_or_else(|| DeviceError::Design(d.clone()))?),
             None => None,
         };
+        if let Some(spec) = &cfg.predictor {
+            // Checked once here so a bad spec is a startup error, not a silent no-op.
+            pmo_policies::predictor_from_name(spec)?;
+        }
         let (store, kill_hook) =
             open_store_with(&cfg.store, cfg.store_size, cfg.test_kill_in_psync)?;
         let pager = Pager::new(cfg.window_size, cfg.fault_threads)?;
@@ -224,6 +233,7 @@ impl PmoService {
                 kick: EventFd::new(EFD_NONBLOCK).map_err(DeviceError::EventFd)?,
             }),
             kill_hook,
+            predictor: cfg.predictor.clone(),
         }))
     }
 
@@ -320,6 +330,26 @@ impl PmoService {
                 return Err(Status::NoMem);
             }
         };
+        if let Some(spec) = &self.predictor {
+            match pmo_policies::predictor_from_name(spec) {
+                Ok(mut p) => {
+                    let predict: crate::pager::Predict = Box::new(move |page, thread, out| {
+                        p.on_fault(
+                            &pmo_policies::FaultEvent {
+                                page,
+                                npages,
+                                thread,
+                            },
+                            out,
+                        )
+                    });
+                    if let Err(e) = self.pager.set_predictor(offset, Some(predict)) {
+                        log::warn!("pmo: predictor for {name:?}: {e}");
+                    }
+                }
+                Err(e) => log::warn!("pmo: predictor for {name:?}: {e}"),
+            }
+        }
         let size = npages * PAGE as u64;
         self.attachments
             .lock()

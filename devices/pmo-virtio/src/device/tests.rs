@@ -29,6 +29,7 @@ fn service(dir: &Path) -> Arc<PmoService> {
         window_size: 16 << 20,
         fault_threads: 2,
         test_kill_in_psync: None,
+        predictor: None,
     })
     .unwrap()
 }
@@ -242,4 +243,47 @@ fn fresh_pmo_reads_as_zeros() {
     // SAFETY: inside the attached slice.
     assert_eq!(unsafe { *window(&s, off).add(5 * 4096 + 7) }, 0);
     call(&s, OP_DETACH, &h.to_le_bytes());
+}
+
+#[test]
+fn a_predictor_prefetches_after_faults() {
+    let d = tmp("predict");
+    let s = PmoService::new(&PmoDeviceConfig {
+        store: d.0.join("store.img"),
+        store_size: Some(256 << 20),
+        design: None,
+        window_size: 16 << 20,
+        fault_threads: 2,
+        test_kill_in_psync: None,
+        predictor: Some("stream:4".into()),
+    })
+    .unwrap();
+    assert_eq!(create(&s, "seq", 16 * 4096, b"k"), Status::Ok);
+    let (_, h, off, _) = attach(&s, "seq", false, b"k");
+    // SAFETY: inside the attached slice.
+    assert_eq!(unsafe { *window(&s, off) }, 0);
+    let stat = |i: usize| {
+        let (st, r) = call(&s, OP_STAT, &h.to_le_bytes());
+        assert_eq!(st, Status::Ok);
+        u64::from_le_bytes(r[i * 8..i * 8 + 8].try_into().unwrap())
+    };
+    // pages_prefetched (field 4) reaches 4: pages 1..=4 after the fault on page 0.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while stat(4) < 4 {
+        assert!(std::time::Instant::now() < deadline, "no prefetch happened");
+        std::thread::yield_now();
+    }
+    assert_eq!(stat(1), 1, "one demand fault so far");
+    call(&s, OP_DETACH, &h.to_le_bytes());
+    // A bad predictor spec is a startup error.
+    let bad = PmoService::new(&PmoDeviceConfig {
+        store: d.0.join("store2.img"),
+        store_size: Some(256 << 20),
+        design: None,
+        window_size: 16 << 20,
+        fault_threads: 1,
+        test_kill_in_psync: None,
+        predictor: Some("psychic".into()),
+    });
+    assert!(matches!(bad, Err(DeviceError::Predictor(_))));
 }
