@@ -5,7 +5,8 @@
 //! 1. VM "pmo" (2 vCPUs) runs the functional scenarios (create/attach/write/psync/detach/read,
 //!    wrong key, readers and writers, pdestroy while attached, read-only writes, write-back
 //!    mapping, a killed writer, a `p_malloc` linked list, and a PMO for the tamper test); VM
-//!    "restart" is a new VMM process on the same store that checks the linked list.
+//!    "restart" is a new VMM process on the same store, with a stream predictor prefetching
+//!    pages, that checks the linked list.
 //! 2. Between the boots the host damages one page of ciphertext in the store file; VM "tamper"
 //!    then reads every page: the damaged one kills the reader with SIGBUS, the others read fine,
 //!    and the VM lives on.
@@ -65,9 +66,13 @@ fn group() -> &'static Group {
                 ])
                 .param("pattern", &marker)
                 .pmo_store(&store, STORE_SIZE),
+            // The new VMM process also runs a stream predictor: prefetched pages
+            // must read exactly like demand-faulted ones.
             VmSpec::new("restart")
                 .scenarios(["pmo_list_check"])
-                .pmo_store(&store, STORE_SIZE),
+                .pmo_store(&store, STORE_SIZE)
+                .extra_arg("--pmo-predictor")
+                .extra_arg("stream:4"),
         ])
         .map_err(|e| e.to_string())?;
         let store_before_tamper = std::fs::read(&store).map_err(|e| e.to_string())?;
