@@ -21,7 +21,7 @@ fn tmp(tag: &str) -> Tmp {
     Tmp(d)
 }
 
-fn service(dir: &Path) -> Arc<PmoService> {
+fn service_with(dir: &Path, predictor: Option<&str>) -> Result<Arc<PmoService>, DeviceError> {
     PmoService::new(&PmoDeviceConfig {
         store: dir.join("store.img"),
         store_size: Some(256 << 20),
@@ -29,9 +29,12 @@ fn service(dir: &Path) -> Arc<PmoService> {
         window_size: 16 << 20,
         fault_threads: 2,
         test_kill_in_psync: None,
-        predictor: None,
+        predictor: predictor.map(str::to_string),
     })
-    .unwrap()
+}
+
+fn service(dir: &Path) -> Arc<PmoService> {
+    service_with(dir, None).unwrap()
 }
 
 fn call(s: &PmoService, op: u16, payload: &[u8]) -> (Status, Vec<u8>) {
@@ -248,16 +251,7 @@ fn fresh_pmo_reads_as_zeros() {
 #[test]
 fn a_predictor_prefetches_after_faults() {
     let d = tmp("predict");
-    let s = PmoService::new(&PmoDeviceConfig {
-        store: d.0.join("store.img"),
-        store_size: Some(256 << 20),
-        design: None,
-        window_size: 16 << 20,
-        fault_threads: 2,
-        test_kill_in_psync: None,
-        predictor: Some("stream:4".into()),
-    })
-    .unwrap();
+    let s = service_with(&d.0, Some("stream:4")).unwrap();
     assert_eq!(create(&s, "seq", 16 * 4096, b"k"), Status::Ok);
     let (_, h, off, _) = attach(&s, "seq", false, b"k");
     // SAFETY: inside the attached slice.
@@ -276,14 +270,7 @@ fn a_predictor_prefetches_after_faults() {
     assert_eq!(stat(1), 1, "one demand fault so far");
     call(&s, OP_DETACH, &h.to_le_bytes());
     // A bad predictor spec is a startup error.
-    let bad = PmoService::new(&PmoDeviceConfig {
-        store: d.0.join("store2.img"),
-        store_size: Some(256 << 20),
-        design: None,
-        window_size: 16 << 20,
-        fault_threads: 1,
-        test_kill_in_psync: None,
-        predictor: Some("psychic".into()),
-    });
+    let other = tmp("predict-bad");
+    let bad = service_with(&other.0, Some("psychic"));
     assert!(matches!(bad, Err(DeviceError::Predictor(_))));
 }

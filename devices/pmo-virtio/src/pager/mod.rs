@@ -125,6 +125,11 @@ struct Slice {
     closing: AtomicBool,
 }
 
+/// A bitmap of `n` clear bits.
+fn bitmap(n: u64) -> Vec<AtomicU64> {
+    (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect()
+}
+
 /// Sets bit `page` of a bitmap; returns whether it was set before.
 fn set_bit(bits: &[AtomicU64], page: u64) -> bool {
     bits.get((page / 64) as usize)
@@ -360,15 +365,9 @@ impl Pager {
             start,
             npages,
             source,
-            dirty: (0..npages.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
-            installed: (0..npages.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
-            predicted: (0..npages.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            dirty: bitmap(npages),
+            installed: bitmap(npages),
+            predicted: bitmap(npages),
             predict: Mutex::new(None),
             poisoned: Mutex::new(Vec::new()),
             zeroed: Mutex::new(Vec::new()),
