@@ -6,15 +6,11 @@ use crate::env::{timeout_scale, Env};
 use crate::error::{Result, RunnerError};
 use crate::outcome::{parse_checks, Backend, VmOutcome};
 use crate::process::run_logged;
-use crate::spec::{vmm_args, VmSpec};
+use crate::spec::VmSpec;
 
 pub(crate) fn run_direct(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> {
     let pmovmm = env.require_pmovmm()?;
-    let label = specs
-        .iter()
-        .map(|s| s.name.as_str())
-        .collect::<Vec<_>>()
-        .join("+");
+    let label = crate::spec::run_label(specs);
     let log_dir = env.new_log_dir(&format!("direct-{label}"))?;
     let _lock = env.lock()?;
     crate::spec::ensure_pmo_stores(&pmovmm, specs)?;
@@ -24,17 +20,7 @@ pub(crate) fn run_direct(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> 
             name: spec.name.clone(),
             detail,
         })?;
-        let kernel = match &spec.kernel {
-            Some(k) => k.clone(),
-            None => env.kernel()?,
-        };
-        let initrd = match &spec.initrd {
-            Some(p) => p.clone(),
-            None => env.initrd()?,
-        };
-        let pmem: Vec<_> = spec.pmem.iter().map(|p| p.path.clone()).collect();
-        let store = spec.pmo_store.as_ref().map(|s| s.path.as_path());
-        let args = vmm_args(spec, &kernel, &initrd, &pmem, store);
+        let args = spec.host_vmm_args(env)?;
         let mut cmd = Command::new(&pmovmm);
         cmd.args(&args);
         let _ = std::fs::write(log_dir.join(format!("vm{i}-cmd.txt")), format!("{cmd:?}\n"));

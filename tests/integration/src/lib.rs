@@ -57,19 +57,9 @@ pub fn run_shell(spec: &VmSpec) -> Result<Option<i32>> {
     match backend()? {
         Backend::Direct => {
             let pmovmm = env.require_pmovmm()?;
-            let kernel = match &spec.kernel {
-                Some(k) => k.clone(),
-                None => env.kernel()?,
-            };
-            let initrd = match &spec.initrd {
-                Some(i) => i.clone(),
-                None => env.initrd()?,
-            };
-            let pmem: Vec<_> = spec.pmem.iter().map(|p| p.path.clone()).collect();
             spec::ensure_pmo_stores(&pmovmm, std::slice::from_ref(&spec))?;
-            let store = spec.pmo_store.as_ref().map(|s| s.path.as_path());
             let status = Command::new(&pmovmm)
-                .args(spec::vmm_args(&spec, &kernel, &initrd, &pmem, store))
+                .args(spec.host_vmm_args(&env)?)
                 .status()
                 .map_err(|source| RunnerError::Spawn {
                     program: pmovmm.display().to_string(),

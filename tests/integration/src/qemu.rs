@@ -21,11 +21,7 @@ pub fn run_in_qemu(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> {
         "qemu-system-x86_64",
         "install qemu-system-x86 (scripts/setup.sh)",
     )?;
-    let label = specs
-        .iter()
-        .map(|s| s.name.as_str())
-        .collect::<Vec<_>>()
-        .join("+");
+    let label = crate::spec::run_label(specs);
     let log_dir = env.new_log_dir(&format!("qemu-{label}"))?;
     let _lock = env.lock()?;
     let mut outcomes = Vec::new();
@@ -34,14 +30,7 @@ pub fn run_in_qemu(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> {
             name: spec.name.clone(),
             detail,
         })?;
-        let kernel = match &spec.kernel {
-            Some(k) => k.clone(),
-            None => env.kernel()?,
-        };
-        let initrd = match &spec.initrd {
-            Some(p) => p.clone(),
-            None => env.initrd()?,
-        };
+        let (kernel, initrd) = spec.boot_files(env)?;
         let mut cmd = Command::new(&qemu);
         let mut pmem_total = 0;
         let mut devs = Vec::new();

@@ -135,6 +135,30 @@ impl VmSpec {
         self
     }
 
+    /// Kernel and initrd on this machine: the spec's own, else the built guest image.
+    pub(crate) fn boot_files(
+        &self,
+        env: &crate::env::Env,
+    ) -> crate::error::Result<(PathBuf, PathBuf)> {
+        let kernel = match &self.kernel {
+            Some(k) => k.clone(),
+            None => env.kernel()?,
+        };
+        let initrd = match &self.initrd {
+            Some(i) => i.clone(),
+            None => env.initrd()?,
+        };
+        Ok((kernel, initrd))
+    }
+
+    /// The `pmovmm` arguments with every file at its path on this machine (direct mode).
+    pub(crate) fn host_vmm_args(&self, env: &crate::env::Env) -> crate::error::Result<Vec<String>> {
+        let (kernel, initrd) = self.boot_files(env)?;
+        let pmem: Vec<_> = self.pmem.iter().map(|p| p.path.clone()).collect();
+        let store = self.pmo_store.as_ref().map(|s| s.path.as_path());
+        Ok(vmm_args(self, &kernel, &initrd, &pmem, store))
+    }
+
     /// Host files the VM uses: its pmem files, then its PMO store.
     pub(crate) fn host_files(&self) -> impl Iterator<Item = &PmemSpec> {
         self.pmem.iter().chain(self.pmo_store.iter())
@@ -191,6 +215,15 @@ impl VmSpec {
         }
         Ok(())
     }
+}
+
+/// A run's name for its log directory: the VM names joined with '+'.
+pub(crate) fn run_label(specs: &[VmSpec]) -> String {
+    specs
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect::<Vec<_>>()
+        .join("+")
 }
 
 /// Formats every missing PMO store of `specs` with `pmovmm store create`, on this machine,

@@ -86,11 +86,7 @@ struct Payload {
 pub(crate) fn run_nested(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> {
     let pmovmm = env.require_pmovmm()?;
     which(QEMU, QEMU_HINT)?;
-    let label = specs
-        .iter()
-        .map(|s| s.name.as_str())
-        .collect::<Vec<_>>()
-        .join("+");
+    let label = crate::spec::run_label(specs);
     let log_dir = env.new_log_dir(&format!("nested-{label}"))?;
 
     crate::spec::ensure_pmo_stores(&pmovmm, specs)?;
@@ -314,14 +310,7 @@ fn build_payload(env: &Env, pmovmm: &Path, specs: &[VmSpec], disks: &[Disk]) -> 
         String::from("# Written by pmo-integration (src/testhost.rs); runs in L1's /init.\n");
     let mut copied_in = vec![false; disks.len()];
     for (i, spec) in specs.iter().enumerate() {
-        let kernel = match &spec.kernel {
-            Some(k) => k.clone(),
-            None => env.kernel()?,
-        };
-        let initrd = match &spec.initrd {
-            Some(i) => i.clone(),
-            None => env.initrd()?,
-        };
+        let (kernel, initrd) = spec.boot_files(env)?;
         for (what, p) in [("kernel", &kernel), ("initrd", &initrd)] {
             if !p.is_file() {
                 return Err(RunnerError::InvalidSpec {
