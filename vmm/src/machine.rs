@@ -108,7 +108,7 @@ pub struct Machine {
     serial: Arc<Mutex<SerialConsole>>,
     /// pmem backing files, flushed when the machine stops so a guest
     /// poweroff leaves the host files complete.
-    pmem_files: Vec<File>,
+    pmem_files: Vec<Arc<File>>,
     /// The PMO service, detached cleanly when the guest stops.
     pmo: Option<Arc<PmoService>>,
 }
@@ -192,15 +192,7 @@ impl Machine {
                 // `Machine` drops its slots before anything else.
                 slots.push(unsafe { mapper.map(gpa, region.host_addr, region.len, false)? });
             }
-            let file = std::fs::OpenOptions::new()
-                .write(true)
-                .open(path)
-                .map_err(|source| {
-                    MachineError::Pmem(PmemError::Open {
-                        path: path.clone(),
-                        source,
-                    })
-                })?;
+            let file = dev.file();
             let transport = Arc::new(Mutex::new(VirtioPci::new(
                 Box::new(dev) as Box<dyn VirtioDevice>,
                 vm.fd().clone(),

@@ -162,9 +162,10 @@ impl Pmem {
         self.config.start = gpa;
     }
 
-    /// Makes everything the guest wrote durable (used on VMM shutdown too).
-    pub fn flush(&self) -> io::Result<()> {
-        self.file.sync_data()
+    /// The backing file, for the VMM to make it durable at shutdown after the
+    /// device itself has moved into its transport.
+    pub fn file(&self) -> Arc<File> {
+        self.file.clone()
     }
 }
 
@@ -333,7 +334,7 @@ mod tests {
         let region = dev.device_memory()[0];
         // SAFETY: the mapping is 2 MiB long and alive while `dev` lives.
         unsafe { std::ptr::copy_nonoverlapping(b"pmem!".as_ptr(), region.host_addr as *mut u8, 5) };
-        dev.flush().unwrap();
+        dev.file().sync_data().unwrap();
         assert_eq!(&std::fs::read(&p).unwrap()[..5], b"pmem!");
     }
 }

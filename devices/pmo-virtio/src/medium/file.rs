@@ -51,6 +51,15 @@ fn page_size() -> u64 {
     }
 }
 
+fn file_len(file: &File) -> Result<u64, MediumError> {
+    file.metadata()
+        .map(|m| m.len())
+        .map_err(|source| MediumError::Io {
+            what: "stat medium file",
+            source,
+        })
+}
+
 impl FileMedium {
     /// Creates (or truncates) `path` as a sparse file of `len` bytes and maps it.
     pub fn create(path: &Path, len: u64) -> Result<Self, MediumError> {
@@ -81,13 +90,7 @@ impl FileMedium {
                 what: "open medium file",
                 source,
             })?;
-        let len = file
-            .metadata()
-            .map_err(|source| MediumError::Io {
-                what: "stat medium file",
-                source,
-            })?
-            .len();
+        let len = file_len(&file)?;
         Self::map(file, len)
     }
 
@@ -101,13 +104,7 @@ impl FileMedium {
                 what: "open medium file",
                 source,
             })?;
-        let len = file
-            .metadata()
-            .map_err(|source| MediumError::Io {
-                what: "stat medium file",
-                source,
-            })?
-            .len();
+        let len = file_len(&file)?;
         if len == 0 {
             return Err(MediumError::OutOfRange {
                 off: 0,
