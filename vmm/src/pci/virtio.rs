@@ -149,9 +149,11 @@ pub enum VirtioPciError {
     NoMapper,
 }
 
-fn vendor_cap(cfg_type: u8, offset: u64, length: u64, extra: &[u8]) -> Vec<u8> {
-    // virtio_pci_cap after the ID/next bytes: cap_len, cfg_type, bar, id, padding[2], offset, length.
-    let mut body = vec![(16 + extra.len()) as u8, cfg_type, 0, 0, 0, 0];
+/// A `virtio_pci_cap` after its ID/next bytes: cap_len, cfg_type, bar, id,
+/// padding[2], offset, length, then `extra` (the notify multiplier, or the
+/// high halves of a 64-bit shared-memory capability).
+fn vendor_cap(cfg_type: u8, bar: u8, id: u8, offset: u64, length: u64, extra: &[u8]) -> Vec<u8> {
+    let mut body = vec![(16 + extra.len()) as u8, cfg_type, bar, id, 0, 0];
     body.extend_from_slice(&(offset as u32).to_le_bytes());
     body.extend_from_slice(&(length as u32).to_le_bytes());
     body.extend_from_slice(extra);
@@ -183,13 +185,15 @@ impl VirtioPci {
         config.add_bar(0, BAR_SIZE, BarKind::Mem32)?;
         config.add_capability(
             PCI_CAP_ID_VENDOR,
-            &vendor_cap(CAP_COMMON, COMMON_OFFSET, COMMON_SIZE, &[]),
+            &vendor_cap(CAP_COMMON, 0, 0, COMMON_OFFSET, COMMON_SIZE, &[]),
             &[],
         )?;
         config.add_capability(
             PCI_CAP_ID_VENDOR,
             &vendor_cap(
                 CAP_NOTIFY,
+                0,
+                0,
                 NOTIFY_OFFSET,
                 NOTIFY_SIZE,
                 &NOTIFY_MULTIPLIER.to_le_bytes(),
@@ -198,24 +202,28 @@ impl VirtioPci {
         )?;
         config.add_capability(
             PCI_CAP_ID_VENDOR,
-            &vendor_cap(CAP_ISR, ISR_OFFSET, 1, &[]),
+            &vendor_cap(CAP_ISR, 0, 0, ISR_OFFSET, 1, &[]),
             &[],
         )?;
         config.add_capability(
             PCI_CAP_ID_VENDOR,
-            &vendor_cap(CAP_DEVICE, DEVICE_OFFSET, DEVICE_SIZE, &[]),
+            &vendor_cap(CAP_DEVICE, 0, 0, DEVICE_OFFSET, DEVICE_SIZE, &[]),
             &[],
         )?;
         let mut shm = Vec::new();
         let mut shm_end = 0u64;
         for (id, region) in dev.shared_memory().iter().enumerate() {
             let offset = shm_end.next_multiple_of(4096);
-            let mut body = vendor_cap(CAP_SHARED_MEMORY, offset, region.len, &[]);
-            body[2] = SHM_BAR as u8;
-            body[3] = id as u8;
-            body[0] = 24;
-            body.extend_from_slice(&((offset >> 32) as u32).to_le_bytes());
-            body.extend_from_slice(&((region.len >> 32) as u32).to_le_bytes());
+            let mut hi = ((offset >> 32) as u32).to_le_bytes().to_vec();
+            hi.extend_from_slice(&((region.len >> 32) as u32).to_le_bytes());
+            let body = vendor_cap(
+                CAP_SHARED_MEMORY,
+                SHM_BAR as u8,
+                id as u8,
+                offset,
+                region.len,
+                &hi,
+            );
             config.add_capability(PCI_CAP_ID_VENDOR, &body, &[])?;
             shm.push((offset, region.host_addr, region.len));
             shm_end = offset + region.len;
@@ -662,5 +670,28 @@ impl PciDevice for VirtioPci {
             (SHM_BAR, new) => self.map_shm(new),
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_memory_capability_is_a_64_bit_virtio_cap() {
+        let body = vendor_cap(
+            CAP_SHARED_MEMORY,
+            2,
+            7,
+            0x1_0000_2000,
+            0x3_4000_0000,
+            &[1, 0, 0, 0, 3, 0, 0, 0],
+        );
+        assert_eq!(&body[..4], &[24, CAP_SHARED_MEMORY, 2, 7]);
+        assert_eq!(&body[6..10], &0x2000u32.to_le_bytes());
+        assert_eq!(&body[10..14], &0x4000_0000u32.to_le_bytes());
+        assert_eq!(body.len(), 22, "24 bytes with the ID and next bytes");
+        let plain = vendor_cap(CAP_ISR, 0, 0, ISR_OFFSET, 1, &[]);
+        assert_eq!(&plain[..4], &[16, CAP_ISR, 0, 0]);
     }
 }
