@@ -17,8 +17,6 @@
 //! unmapped that page from every process: the retried access then faults in
 //! the guest, whose driver answers it with SIGBUS (see docs/pmo-device.md).
 
-mod uffd;
-
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

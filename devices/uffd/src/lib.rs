@@ -1,10 +1,14 @@
-//! A small, safe owner of a userfaultfd: the few ioctls the pager needs.
+//! A small, safe owner of a userfaultfd: the few ioctls the pagers need
+//! (the PMO window and the CXL expander's device cache).
 //!
 //! We talk to the kernel ABI directly (it is stable and tiny) rather than
 //! through a crate that needs bindgen and libclang at build time.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// The base page size userfaultfd reports and installs at (x86-64).
+pub const PAGE_SIZE: u64 = 4096;
 
 const UFFDIO: u64 = 0xaa;
 const fn iowr(nr: u64, size: usize) -> u64 {
@@ -189,7 +193,7 @@ impl Uffd {
         }
         let flags = msg.flags;
         Ok(Some(Fault {
-            address: msg.address & !(crate::crypto::PAGE as u64 - 1),
+            address: msg.address & !(PAGE_SIZE - 1),
             write: flags & PAGEFAULT_FLAG_WRITE != 0,
             wp: flags & PAGEFAULT_FLAG_WP != 0,
             tid: msg.ptid,
