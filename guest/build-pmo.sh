@@ -6,7 +6,7 @@
 #   libpmo.a pmo.h   the C library for guest programs (musl, static)
 #   pmo              the CLI (static)
 #   pmo-bin/         every static guest program to put into the image's /bin
-#                    (pmo, pmo_list, pmo_probe)
+#                    (pmo, pmo_list, pmo_probe, pmo_bench)
 #
 # Cached: nothing is rebuilt when the inputs (sources, this script, KDIR, compilers) are
 # unchanged. Builds happen in target/guest/pmo-build and target/guest/libpmo-build, so the
@@ -38,6 +38,7 @@ fi
 progs=(pmo pmo_list pmo_probe)
 outputs=("$out/pmo.ko" "$out/libpmo.a" "$out/pmo.h" "$out/pmo")
 for p in "${progs[@]}"; do outputs+=("$out/pmo-bin/$p"); done
+outputs+=("$out/pmo-bin/pmo_bench")
 
 stamp="$out/pmo-build.inputs"
 sum=$( (
@@ -45,7 +46,7 @@ sum=$( (
     cat "$kdir/include/config/kernel.release" 2>/dev/null || true
     gcc --version | head -1
     musl-gcc --version | head -1
-    cd "$guest" && find build-pmo.sh driver libpmo tools -type f ! -name '.gitignore' -print0 |
+    cd "$guest" && find build-pmo.sh driver libpmo tools bench -type f ! -name '.gitignore' -print0 |
         LC_ALL=C sort -z | xargs -0 sha256sum
 ) | sha256sum | cut -d' ' -f1)
 fresh=1
@@ -94,5 +95,13 @@ for p in "${progs[@]}"; do
 done
 cp "$out/pmo-bin/pmo" "$out/pmo"
 
+# 4. pmo_bench, the papers' microbenchmarks (guest/bench, its own Makefile).
+make -s -C "$guest/bench" O="$out/bench-build" LIBPMO="$libbuild" CC=musl-gcc all >&2 ||
+    die "pmo_bench build failed"
+if readelf -l "$out/bench-build/pmo_bench" | grep -q INTERP; then
+    die "pmo_bench is dynamically linked"
+fi
+cp "$out/bench-build/pmo_bench" "$out/pmo-bin/pmo_bench.tmp" && mv "$out/pmo-bin/pmo_bench.tmp" "$out/pmo-bin/pmo_bench"
+
 echo "$sum" >"$stamp"
-log "ok: pmo.ko ($(uname -m) guest $(basename "$kdir")), libpmo.a, pmo.h, ${progs[*]}"
+log "ok: pmo.ko ($(uname -m) guest $(basename "$kdir")), libpmo.a, pmo.h, ${progs[*]} pmo_bench"
