@@ -16,9 +16,10 @@ const NARROW_BELOW: f64 = 0.5;
 /// Accuracy below which prediction switches off (it costs PM bandwidth and worker time for
 /// nothing; the paper's TMM at 60% is still worth predicting, random B+tree lookups are not).
 const OFF_BELOW: f64 = 0.2;
-/// A prediction not reported used within this many later faults counts as wasted. The pager may
-/// only report waste at detach, which is too late to throttle within a session.
-const HORIZON: u64 = 64;
+/// A prediction with no outcome after this many later faults is forgotten, without an outcome:
+/// the pager reports only some of them (its triggers, and late pages), and reports a wasted
+/// trigger after 64 faults, well inside this.
+const HORIZON: u64 = 256;
 /// While off, one probe every this many faults.
 const PROBE_EVERY: u64 = 32;
 /// Pages predicted by one probe.
@@ -33,9 +34,9 @@ const START_DEPTH: usize = 2;
 ///
 /// - Predicts the thread's stride if one is established (see [`crate::Stride`]), otherwise the
 ///   next pages (stream), `depth` of them. Starts at depth 2.
-/// - Tracks accuracy over the last 64 outcomes, from `on_feedback` and from predictions that
-///   expire unused after 64 further faults (the pager may only learn of waste at detach, too late
-///   to throttle within a session).
+/// - Tracks accuracy over the last 64 outcomes, as the pager reports them through `on_feedback`
+///   (a sample: its trigger pages and late pages; installed pages are used without a fault) and
+///   from faults on pages it predicted.
 /// - Every 16 outcomes: doubles the depth (up to `max_depth`) when accuracy is at least 80%,
 ///   halves it below 50%, and switches itself off below 20%, so a random-access workload pays
 ///   (almost) nothing. (The paper's TMM, at about 60%, keeps predicting.)
@@ -135,7 +136,7 @@ impl Adaptive {
         }
     }
 
-    /// Counts predictions that waited more than [`HORIZON`] faults for a use as wasted.
+    /// Forgets predictions that got no outcome within [`HORIZON`] faults.
     fn expire(&mut self) {
         while let Some(&(page, seq)) = self.issue_order.front() {
             if self.faults.saturating_sub(seq) <= HORIZON {
@@ -144,7 +145,6 @@ impl Adaptive {
             self.issue_order.pop_front();
             if self.outstanding.get(&page).map(|&(s, _)| s) == Some(seq) {
                 self.outstanding.remove(&page);
-                self.outcome(false);
             }
         }
     }

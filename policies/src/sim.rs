@@ -1,8 +1,12 @@
-//! A tiny deterministic trace simulator, playing the pager the way `pmo-virtio` will:
-//! a window of installed pages per attach session, demand faults call `on_fault`, predicted pages
-//! are installed by one pre-population worker with a fixed cost per page, the first access to a
-//! predicted page reports `on_feedback(page, true)`, and at detach every predicted page never
-//! accessed reports `on_feedback(page, false)`.
+//! A tiny deterministic trace simulator, playing the pager the way `pmo-virtio`'s does:
+//! a window of installed pages per attach session; demand faults call `on_fault`; predicted pages
+//! are pre-populated by one worker with a fixed cost per page. An installed page is used without
+//! a fault, so the pager cannot see it used: only the middle page of each batch (one in four
+//! single-page batches) is a *trigger*, held back so its first access faults cheaply, reports
+//! `on_feedback(page, true)` and calls `on_fault` again. A trigger untouched for
+//! [`TRIGGER_HORIZON`] faults reports `on_feedback(page, false)` and is dropped, as are triggers
+//! left at detach. An access to a predicted page that is not ready yet faults, waits, and
+//! reports it used (late).
 //!
 //! It also checks the trait's output contract on every call (each page < npages, never the
 //! faulting page, no duplicates) and panics if a predictor breaks it.
@@ -11,12 +15,18 @@ use std::collections::{BTreeMap, HashSet};
 
 use crate::{FaultEvent, Metrics, Predictor};
 
+/// Faults a trigger waits for its first access (the pager's `STAGE_HORIZON`).
+pub(crate) const TRIGGER_HORIZON: u64 = 64;
+/// One in this many single-page predictions is a trigger (the pager's `SINGLE_TRIGGER_EVERY`).
+const SINGLE_TRIGGER_EVERY: u64 = 4;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Page {
     /// Installed by a demand fault, or a predicted page already accessed.
     Resident,
-    /// Predicted, installed (or in flight) at `ready_at`, not yet accessed.
-    Predicted { ready_at: u64 },
+    /// Predicted, ready at `ready_at`, not yet accessed; a trigger remembers the fault count
+    /// at which it was issued.
+    Predicted { ready_at: u64, trigger: Option<u64> },
 }
 
 pub(crate) struct Sim {
@@ -33,6 +43,9 @@ pub(crate) struct Sim {
     /// Pages returned by the predictor (before the "already installed" filter).
     pub predicted: u64,
     out: Vec<u64>,
+    singles: u64,
+    /// Outstanding triggers in issue order: (fault count at issue, page).
+    triggers: std::collections::VecDeque<(u64, u64)>,
 }
 
 impl Sim {
@@ -48,6 +61,8 @@ impl Sim {
             faults: 0,
             predicted: 0,
             out: Vec::new(),
+            singles: 0,
+            triggers: std::collections::VecDeque::new(),
         }
     }
 
@@ -61,15 +76,16 @@ impl Sim {
                 self.pages.insert(page, Page::Resident);
                 self.fault(page, thread);
             }
-            Some(Page::Predicted { ready_at }) => {
+            Some(Page::Predicted { ready_at, trigger }) => {
                 let ready = ready_at <= self.now;
                 self.metrics.record_prefetched_use(ready);
                 self.pages.insert(page, Page::Resident);
-                self.pred.on_feedback(page, true);
-                if !ready {
-                    // Not installed yet: the access faults and waits for the worker.
+                if !ready || trigger.is_some() {
+                    // Not installed yet (the access faults and waits for the worker), or a
+                    // trigger (faults without crypto): either way the pager sees the use.
+                    self.pred.on_feedback(page, true);
                     self.fault(page, thread);
-                    self.now = ready_at;
+                    self.now = self.now.max(ready_at);
                 }
             }
         }
@@ -100,23 +116,72 @@ impl Sim {
             );
         }
         self.predicted += self.out.len() as u64;
-        for i in 0..self.out.len() {
-            let p = self.out[i];
-            if self.pages.contains_key(&p) {
-                continue; // Already installed: the pager's UFFDIO_COPY would see EEXIST.
-            }
+        // Pages already there or on their way are not issued again (the pager's bitmaps).
+        let pages = &self.pages;
+        let issue: Vec<u64> = self
+            .out
+            .iter()
+            .copied()
+            .filter(|p| !pages.contains_key(p))
+            .collect();
+        if issue.len() == 1 {
+            self.singles += 1;
+        }
+        let trigger = match issue.len() {
+            0 => None,
+            1 => self
+                .singles
+                .is_multiple_of(SINGLE_TRIGGER_EVERY)
+                .then_some(0),
+            n => Some(n / 2),
+        };
+        for (i, &p) in issue.iter().enumerate() {
             let ready_at = self.now.max(self.worker_free) + self.cost;
             self.worker_free = ready_at;
-            self.pages.insert(p, Page::Predicted { ready_at });
+            let trig = (trigger == Some(i)).then_some(self.faults);
+            if trig.is_some() {
+                self.triggers.push_back((self.faults, p));
+            }
+            self.pages.insert(
+                p,
+                Page::Predicted {
+                    ready_at,
+                    trigger: trig,
+                },
+            );
             self.metrics.record_prefetch(1);
+        }
+        self.expire();
+    }
+
+    /// Triggers untouched for the horizon are wasted: reported, and their page dropped.
+    fn expire(&mut self) {
+        while let Some(&(seq, p)) = self.triggers.front() {
+            if seq + TRIGGER_HORIZON > self.faults {
+                break;
+            }
+            self.triggers.pop_front();
+            if let Some(Page::Predicted {
+                trigger: Some(s), ..
+            }) = self.pages.get(&p)
+            {
+                if *s == seq {
+                    self.pages.remove(&p);
+                    self.pred.on_feedback(p, false);
+                }
+            }
         }
     }
 
     /// Ends the attach session: the window is dropped, unused predictions reported wasted.
     pub fn detach(&mut self) {
         let pages = std::mem::take(&mut self.pages);
+        self.triggers.clear();
         for (p, state) in pages {
-            if let Page::Predicted { .. } = state {
+            if let Page::Predicted {
+                trigger: Some(_), ..
+            } = state
+            {
                 self.pred.on_feedback(p, false);
             }
         }

@@ -18,10 +18,10 @@ impl Predictor for NonePredictor {
 /// The stream buffer of seed 000 §4.2: after a fault on page p, predict p+1 ..= p+depth, clipped
 /// to the PMO. Stateless, so it costs nothing on the fault path.
 ///
-/// Note: the pager only sees *demand* faults (a pre-populated page never faults), so on a pure
-/// sequential scan one page in depth+1 still faults and coverage is at most depth/(depth+1).
-/// The paper's kernel pager took a (cheap) fault on every first touch and re-invoked the
-/// predictor there; a userfaultfd pager cannot, which is why [`crate::Adaptive`] widens its depth.
+/// A pre-populated page never faults, so the pager holds back the middle page of each batch as a
+/// trigger whose (cheap) fault calls the predictor again before the batch runs out: a sequential
+/// scan keeps streaming. (The paper's kernel pager took a cheap fault on every first touch; a
+/// userfaultfd pager cannot.) With depth 1 there is no middle, and every other page still faults.
 #[derive(Debug, Clone)]
 pub struct Stream {
     depth: usize,

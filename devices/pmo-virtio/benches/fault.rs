@@ -252,9 +252,7 @@ fn main() {
         pager
             .set_predictor(
                 off,
-                Some(Box::new(|page, _tid, out: &mut Vec<u64>| {
-                    out.extend(page + 1..=page + 8)
-                })),
+                Some(pmo_policies::predictor_from_name("stream:8").expect("stream:8")),
             )
             .expect("predictor");
         let lat = touch_all(pager.host_addr() + off, pages, 1);

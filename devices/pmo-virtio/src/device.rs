@@ -332,18 +332,8 @@ impl PmoService {
         };
         if let Some(spec) = &self.predictor {
             match pmo_policies::predictor_from_name(spec) {
-                Ok(mut p) => {
-                    let predict: crate::pager::Predict = Box::new(move |page, thread, out| {
-                        p.on_fault(
-                            &pmo_policies::FaultEvent {
-                                page,
-                                npages,
-                                thread,
-                            },
-                            out,
-                        )
-                    });
-                    if let Err(e) = self.pager.set_predictor(offset, Some(predict)) {
+                Ok(p) => {
+                    if let Err(e) = self.pager.set_predictor(offset, Some(p)) {
                         log::warn!("pmo: predictor for {name:?}: {e}");
                     }
                 }

@@ -17,7 +17,7 @@
 //! unmapped that page from every process: the retried access then faults in
 //! the guest, whose driver answers it with SIGBUS (see docs/pmo-device.md).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -25,7 +25,9 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::crypto::PAGE;
+use pmo_policies::{FaultEvent, Predictor};
 pub use uffd::{Fault, Install, Uffd};
+use zeroize::Zeroize;
 
 const PAGE_U64: u64 = PAGE as u64;
 
@@ -67,18 +69,29 @@ pub trait PageSource: Send + Sync {
     fn writable(&self) -> bool;
 }
 
-/// Chooses pages to pre-populate after a demand fault on `page` by thread
-/// `tid`; pushes them into the vector. Runs on a fault thread: keep it cheap.
-pub type Predict = Box<dyn FnMut(u64, u32, &mut Vec<u64>) + Send>;
+/// One predicted page for the prefetch worker: install it, or stage it as a trigger.
+struct PrefetchJob {
+    slice: Arc<Slice>,
+    page: u64,
+    stage: bool,
+}
 
 /// Where fault threads hand predicted pages to the prefetch worker.
-type PrefetchQueue = std::sync::mpsc::SyncSender<(Arc<Slice>, u64)>;
+type PrefetchQueue = std::sync::mpsc::SyncSender<PrefetchJob>;
 
 /// Predicted pages waiting for the prefetch worker; beyond this they are dropped.
 const PREFETCH_BACKLOG: usize = 4096;
 
 /// Fault latency histogram buckets: bucket i counts faults of [2^i, 2^(i+1)) microseconds.
 pub const HIST_BUCKETS: usize = 16;
+
+/// A staged trigger page waits this many later faults of its attachment for
+/// its first access; then it counts as a wasted prediction.
+const STAGE_HORIZON: u64 = 64;
+/// Staged trigger pages per attachment; the oldest counts as wasted beyond this.
+const STAGE_CAP: usize = 64;
+/// Of single-page predictions, one in this many is staged as a trigger.
+const SINGLE_TRIGGER_EVERY: u64 = 4;
 
 /// Per-attachment counters, readable while the attachment runs.
 #[derive(Default)]
@@ -91,7 +104,29 @@ pub struct SliceStats {
     pub wp_faults: AtomicU64,
     /// Demand faults on pages that were predicted but not yet installed (late prefetches).
     pub prefetch_late: AtomicU64,
+    /// Pages decrypted and verified ahead of time but held back as triggers (see [`Pager::set_predictor`]).
+    pub triggers: AtomicU64,
+    /// Triggers the guest touched: predictions seen to be used, in time.
+    pub trigger_hits: AtomicU64,
+    /// Triggers never touched within the horizon, or left at detach: wasted predictions.
+    pub trigger_wasted: AtomicU64,
+    /// Demand faults on pages nobody predicted.
+    pub demand_unpredicted: AtomicU64,
     pub fault_hist: [AtomicU64; HIST_BUCKETS],
+}
+
+/// Prediction quality of one attachment, as the paper defines it (seed 000
+/// §4.2), estimated from what the pager can observe: an installed page is
+/// used without a fault, so only triggers and late pages show use. Each
+/// ratio is `None` while it has no data.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PredictionEstimate {
+    /// Pre-populated pages later used / pre-populated pages (from the triggers, a sample).
+    pub accuracy: Option<f64>,
+    /// Used pages that were pre-populated / used pages.
+    pub coverage: Option<f64>,
+    /// Pre-populated pages ready before their first use / pre-populated pages used.
+    pub timeliness: Option<f64>,
 }
 
 impl SliceStats {
@@ -102,6 +137,56 @@ impl SliceStats {
         let bucket = (63 - us.leading_zeros() as usize).min(HIST_BUCKETS - 1);
         self.fault_hist[bucket].fetch_add(1, Ordering::Relaxed);
     }
+
+    /// Estimates accuracy, coverage and timeliness from the counters: the
+    /// triggers' hit rate stands for the accuracy of every installed
+    /// prediction, and late pages are used predictions that were not ready.
+    pub fn estimate(&self) -> PredictionEstimate {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64;
+        let (hits, wasted) = (get(&self.trigger_hits), get(&self.trigger_wasted));
+        let late = get(&self.prefetch_late);
+        let accuracy = (hits + wasted > 0.0).then(|| hits / (hits + wasted));
+        let used = accuracy.unwrap_or(0.0) * get(&self.pages_prefetched) + hits + late;
+        let demand = get(&self.demand_unpredicted);
+        PredictionEstimate {
+            accuracy,
+            coverage: (used + demand > 0.0).then(|| used / (used + demand)),
+            timeliness: (used > 0.0).then(|| (used - late) / used),
+        }
+    }
+}
+
+/// The pages of one attachment, per how they arrived: what a harness needs
+/// to compute exact prediction metrics against a reference run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PageSets {
+    /// Pages a demand fault decrypted (nobody predicted them, or the prediction was late).
+    pub demand: Vec<u64>,
+    /// Every page handed to the prefetch worker (ready in time or not, used or not).
+    pub prefetched: Vec<u64>,
+}
+
+/// A trigger page: verified plaintext held outside the window until the
+/// guest touches it (installed then, at the cost of a fault without crypto)
+/// or the horizon passes (wasted). Zeroized when dropped.
+struct Staged {
+    page: u64,
+    /// The attachment's fault count when it was staged.
+    seq: u64,
+    data: Box<[u8; PAGE]>,
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        self.data.zeroize();
+    }
+}
+
+/// A predictor and the pager's bookkeeping for it.
+struct PredictState {
+    predictor: Box<dyn Predictor>,
+    /// Single-page predictions so far (one in [`SINGLE_TRIGGER_EVERY`] is a trigger).
+    singles: u64,
 }
 
 /// One attachment's slice of the window.
@@ -112,9 +197,16 @@ struct Slice {
     dirty: Vec<AtomicU64>,
     /// Pages installed (by a fault or a prefetch), so prefetch skips them.
     installed: Vec<AtomicU64>,
-    /// Pages handed to the prefetch worker.
+    /// Pages handed to the prefetch worker and not yet resolved.
     predicted: Vec<AtomicU64>,
-    predict: Mutex<Option<Predict>>,
+    /// Every page handed to the prefetch worker this session.
+    issued: Vec<AtomicU64>,
+    /// Pages a demand fault decrypted.
+    demand: Vec<AtomicU64>,
+    predict: Mutex<Option<PredictState>>,
+    staged: Mutex<VecDeque<Staged>>,
+    /// Faults served so far: the clock of the staging horizon.
+    seq: AtomicU64,
     poisoned: Mutex<Vec<u64>>,
     /// Refused pages now served as read-only zeros (see `zero_refused`).
     zeroed: Mutex<Vec<u64>>,
@@ -134,6 +226,25 @@ fn set_bit(bits: &[AtomicU64], page: u64) -> bool {
         .is_some_and(|w| w.fetch_or(1 << (page % 64), Ordering::AcqRel) & (1 << (page % 64)) != 0)
 }
 
+fn clear_bit(bits: &[AtomicU64], page: u64) {
+    if let Some(w) = bits.get((page / 64) as usize) {
+        w.fetch_and(!(1 << (page % 64)), Ordering::AcqRel);
+    }
+}
+
+/// The set bits of a bitmap, in order.
+fn bits_of(bits: &[AtomicU64]) -> Vec<u64> {
+    let mut v = Vec::new();
+    for (i, w) in bits.iter().enumerate() {
+        let mut b = w.load(Ordering::Acquire);
+        while b != 0 {
+            v.push(i as u64 * 64 + u64::from(b.trailing_zeros()));
+            b &= b - 1;
+        }
+    }
+    v
+}
+
 fn test_bit(bits: &[AtomicU64], page: u64) -> bool {
     bits.get((page / 64) as usize)
         .is_some_and(|w| w.load(Ordering::Acquire) & (1 << (page % 64)) != 0)
@@ -142,6 +253,50 @@ fn test_bit(bits: &[AtomicU64], page: u64) -> bool {
 impl Slice {
     fn mark_dirty(&self, page: u64) {
         set_bit(&self.dirty, page);
+    }
+
+    /// Tells the predictor how an earlier prediction of `page` turned out.
+    fn feedback(&self, page: u64, used: bool) {
+        if let Some(st) = self
+            .predict
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            st.predictor.on_feedback(page, used);
+        }
+    }
+
+    /// Takes the staged trigger for `page`, if there is one.
+    fn take_staged(&self, page: u64) -> Option<Staged> {
+        let mut staged = self.staged.lock().unwrap_or_else(|e| e.into_inner());
+        let i = staged.iter().position(|s| s.page == page)?;
+        staged.remove(i)
+    }
+
+    /// Counts triggers older than the horizon (or beyond the cap) as wasted
+    /// and drops their plaintext; their pages may be predicted again.
+    fn expire_staged(&self, now: u64) {
+        let mut expired = Vec::new();
+        {
+            let mut staged = self.staged.lock().unwrap_or_else(|e| e.into_inner());
+            while let Some(front) = staged.front() {
+                if front.seq + STAGE_HORIZON > now && staged.len() <= STAGE_CAP {
+                    break;
+                }
+                if let Some(s) = staged.pop_front() {
+                    expired.push(s.page);
+                }
+            }
+        }
+        for page in expired {
+            clear_bit(&self.predicted, page);
+            // A late fault may have installed it meanwhile: then it was used, and counted so.
+            if !test_bit(&self.installed, page) {
+                self.stats.trigger_wasted.fetch_add(1, Ordering::Relaxed);
+                self.feedback(page, false);
+            }
+        }
     }
 }
 
@@ -366,7 +521,11 @@ impl Pager {
             dirty: bitmap(npages),
             installed: bitmap(npages),
             predicted: bitmap(npages),
+            issued: bitmap(npages),
+            demand: bitmap(npages),
             predict: Mutex::new(None),
+            staged: Mutex::new(VecDeque::new()),
+            seq: AtomicU64::new(0),
             poisoned: Mutex::new(Vec::new()),
             zeroed: Mutex::new(Vec::new()),
             stats: stats.clone(),
@@ -379,16 +538,41 @@ impl Pager {
         Ok((start * PAGE_U64, stats))
     }
 
-    /// Gives the attachment at `offset` a predictor (or takes it away): after
-    /// each demand fault it names pages that the prefetch worker then decrypts,
-    /// verifies and installs off the fault path.
-    pub fn set_predictor(&self, offset: u64, predict: Option<Predict>) -> Result<(), PagerError> {
+    /// Gives the attachment at `offset` a predictor (or takes it away).
+    ///
+    /// After each fault it names pages that the prefetch worker decrypts,
+    /// verifies and installs off the fault path. A page installed ahead of
+    /// time is used without a fault, so its use is invisible; to learn
+    /// whether predictions are used, and to keep a stream going, one page of
+    /// each batch (its middle) is a *trigger*: verified ahead of time but
+    /// held back. Touching it costs a fault without crypto, tells the
+    /// predictor the prediction was used and asks it for the next batch; a
+    /// trigger untouched for 64 faults is reported wasted. A demand fault on
+    /// a page still on its way is reported used (late).
+    pub fn set_predictor(
+        &self,
+        offset: u64,
+        predictor: Option<Box<dyn Predictor>>,
+    ) -> Result<(), PagerError> {
         *self
             .slice_at(offset)?
             .predict
             .lock()
-            .unwrap_or_else(|e| e.into_inner()) = predict;
+            .unwrap_or_else(|e| e.into_inner()) = predictor.map(|predictor| PredictState {
+            predictor,
+            singles: 0,
+        });
         Ok(())
+    }
+
+    /// Which pages of the attachment at `offset` came by demand fault and
+    /// which were handed to the prefetch worker, this session.
+    pub fn page_sets(&self, offset: u64) -> Result<PageSets, PagerError> {
+        let slice = self.slice_at(offset)?;
+        Ok(PageSets {
+            demand: bits_of(&slice.demand),
+            prefetched: bits_of(&slice.issued),
+        })
     }
 
     fn slice_at(&self, offset: u64) -> Result<Arc<Slice>, PagerError> {
@@ -456,6 +640,12 @@ impl Pager {
     pub fn detach(&self, offset: u64) -> Result<(), PagerError> {
         let slice = self.slice_at(offset)?;
         slice.closing.store(true, Ordering::Release);
+        let left = std::mem::take(&mut *slice.staged.lock().unwrap_or_else(|e| e.into_inner()));
+        slice
+            .stats
+            .trigger_wasted
+            .fetch_add(left.len() as u64, Ordering::Relaxed);
+        drop(left);
         let refused = slice
             .poisoned
             .lock()
@@ -525,29 +715,55 @@ impl Pager {
             }
             return;
         }
+        let writable = slice.source.writable();
+        // A write fault dirties the page right away; otherwise protect it
+        // so the first write is seen.
+        if writable && f.write {
+            slice.mark_dirty(page);
+        }
+        let wp = writable && !f.write;
+        let now = slice.seq.fetch_add(1, Ordering::AcqRel) + 1;
+        if let Some(staged) = slice.take_staged(page) {
+            // A trigger: verified already, so this fault costs no crypto.
+            slice.stats.trigger_hits.fetch_add(1, Ordering::Relaxed);
+            slice.feedback(page, true);
+            // Predict before the install wakes the guest: its next touch must
+            // find the next batch already on its way.
+            self.predict_after(&slice, page, f.tid);
+            slice.stats.record_fault(start.elapsed().as_nanos() as u64);
+            self.install(f.address, &staged.data, wp);
+            set_bit(&slice.installed, page);
+            clear_bit(&slice.predicted, page);
+            slice.expire_staged(now);
+            return;
+        }
         match slice.source.fill(page, buf) {
             Ok(()) => {
-                let writable = slice.source.writable();
-                // A write fault dirties the page right away; otherwise protect it
-                // so the first write is seen.
-                if writable && f.write {
-                    slice.mark_dirty(page);
+                let late = test_bit(&slice.predicted, page);
+                if late {
+                    slice.stats.prefetch_late.fetch_add(1, Ordering::Relaxed);
+                    slice.feedback(page, true);
+                } else {
+                    slice
+                        .stats
+                        .demand_unpredicted
+                        .fetch_add(1, Ordering::Relaxed);
                 }
-                let wp = writable && !f.write;
-                // Count before installing: the install wakes the faulting thread.
-                // The histogram covers lookup, decryption and verification.
+                set_bit(&slice.demand, page);
+                // Predict before the install wakes the guest: its next touch must
+                // find the next pages already on their way.
+                self.predict_after(&slice, page, f.tid);
+                // Count before installing, for the same reason. The histogram
+                // covers lookup, decryption, verification and prediction.
                 slice.stats.pages_decrypted.fetch_add(1, Ordering::Relaxed);
                 slice.stats.record_fault(start.elapsed().as_nanos() as u64);
-                if test_bit(&slice.predicted, page) {
-                    slice.stats.prefetch_late.fetch_add(1, Ordering::Relaxed);
-                }
                 if !self.install(f.address, buf, wp) {
                     // A racing fault or prefetch installed it first.
                     slice.stats.pages_decrypted.fetch_sub(1, Ordering::Relaxed);
                 }
                 set_bit(&slice.installed, page);
                 buf.fill(0);
-                self.predict_after(&slice, page, f.tid);
+                slice.expire_staged(now);
             }
             Err(e) => {
                 slice
@@ -578,36 +794,80 @@ impl Pager {
     /// and queues what is not there yet.
     fn predict_after(&self, slice: &Arc<Slice>, page: u64, tid: u32) {
         let mut pages = Vec::new();
+        let single_trigger;
         {
             let mut p = slice.predict.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(predict) = p.as_mut() else { return };
-            predict(page, tid, &mut pages);
+            let Some(st) = p.as_mut() else { return };
+            let ev = FaultEvent {
+                page,
+                npages: slice.npages,
+                thread: tid,
+            };
+            st.predictor.on_fault(&ev, &mut pages);
+            pages.retain(|&p| {
+                p < slice.npages && !test_bit(&slice.installed, p) && !set_bit(&slice.predicted, p)
+            });
+            if pages.len() == 1 {
+                st.singles += 1;
+            }
+            single_trigger = st.singles.is_multiple_of(SINGLE_TRIGGER_EVERY);
         }
+        let trigger = match pages.len() {
+            0 => return,
+            1 if single_trigger => Some(0),
+            1 => None,
+            n => Some(n / 2),
+        };
         let tx = self
             .prefetch
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let Some(tx) = tx else { return };
-        for p in pages {
-            if p >= slice.npages || test_bit(&slice.installed, p) || set_bit(&slice.predicted, p) {
-                continue;
-            }
+        for (i, &p) in pages.iter().enumerate() {
+            let job = PrefetchJob {
+                slice: slice.clone(),
+                page: p,
+                stage: trigger == Some(i),
+            };
             // A full backlog drops the prediction: prefetch never delays a fault.
-            if tx.try_send((slice.clone(), p)).is_err() {
-                break;
+            if tx.as_ref().is_none_or(|tx| tx.try_send(job).is_err()) {
+                for &q in &pages[i..] {
+                    clear_bit(&slice.predicted, q);
+                }
+                return;
             }
+            set_bit(&slice.issued, p);
         }
     }
 
     /// Pre-populates one predicted page: fill from the source and install it,
     /// unless a fault got there first. A page that fails verification is left
     /// alone: only a real access to it is refused (see `handle`).
-    fn prefetch_page(&self, slice: &Slice, page: u64, buf: &mut [u8; PAGE]) {
+    fn prefetch_page(&self, slice: &Slice, page: u64, stage: bool, buf: &mut [u8; PAGE]) {
         if slice.closing.load(Ordering::Acquire) || test_bit(&slice.installed, page) {
             return;
         }
         if slice.source.fill(page, buf).is_err() {
+            return;
+        }
+        if stage {
+            let staged = Staged {
+                page,
+                seq: slice.seq.load(Ordering::Acquire),
+                data: Box::new(*buf),
+            };
+            buf.fill(0);
+            // A late fault may have installed it while we decrypted.
+            if test_bit(&slice.installed, page) || slice.closing.load(Ordering::Acquire) {
+                return;
+            }
+            slice.stats.triggers.fetch_add(1, Ordering::Relaxed);
+            slice
+                .staged
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back(staged);
+            slice.expire_staged(slice.seq.load(Ordering::Acquire));
             return;
         }
         let addr = self.page_addr(slice, page);
@@ -714,14 +974,11 @@ fn serve(pager: std::sync::Weak<Pager>, uffd: &Uffd, stop: &vmm_sys_util::eventf
 }
 
 /// Prefetch worker body: install predicted pages while the pager lives.
-fn prefetch_worker(
-    pager: std::sync::Weak<Pager>,
-    rx: std::sync::mpsc::Receiver<(Arc<Slice>, u64)>,
-) {
+fn prefetch_worker(pager: std::sync::Weak<Pager>, rx: std::sync::mpsc::Receiver<PrefetchJob>) {
     let mut buf = Box::new([0u8; PAGE]);
-    while let Ok((slice, page)) = rx.recv() {
+    while let Ok(job) = rx.recv() {
         let Some(p) = pager.upgrade() else { return };
-        p.prefetch_page(&slice, page, &mut buf);
+        p.prefetch_page(&job.slice, job.page, job.stage, &mut buf);
     }
 }
 

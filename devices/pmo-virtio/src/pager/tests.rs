@@ -250,22 +250,22 @@ fn predicted_pages_are_installed_off_the_fault_path() {
             32,
         )
         .unwrap();
-    // Next four pages after each fault, like a stream buffer of depth 4.
+    // Next four pages after each fault, a stream buffer of depth 4.
     pager
         .set_predictor(
             off,
-            Some(Box::new(|page, _tid, out: &mut Vec<u64>| {
-                out.extend(page + 1..=page + 4)
-            })),
+            Some(pmo_policies::predictor_from_name("stream:4").unwrap()),
         )
         .unwrap();
     let base = pager.host_addr() + off;
-    // Touch page 0: pages 1..=4 get predicted; page 2 fails verification and stays out.
+    // Touch page 0: pages 1..=4 get predicted. Page 2 fails verification and
+    // stays out; page 3, the middle of the batch, is held back as a trigger.
     assert_eq!(read_u64(base), 0);
-    wait_for("pages 1, 3 and 4 prefetched", || {
-        stats.pages_prefetched.load(Ordering::Relaxed) == 3
+    wait_for("pages 1 and 4 installed, 3 staged", || {
+        stats.pages_prefetched.load(Ordering::Relaxed) == 2
+            && stats.triggers.load(Ordering::Relaxed) == 1
     });
-    for p in [1u64, 3, 4] {
+    for p in [1u64, 4] {
         assert_eq!(read_u64(base + p * PAGE_U64), p);
     }
     assert_eq!(
@@ -273,23 +273,33 @@ fn predicted_pages_are_installed_off_the_fault_path() {
         1,
         "prefetched pages did not fault"
     );
-    let mut vec = [0u8; 1];
-    // SAFETY: mincore on one page of our own mapping.
-    assert_eq!(
-        unsafe { libc::mincore((base + 2 * PAGE_U64) as *mut _, PAGE, vec.as_mut_ptr()) },
-        0
-    );
-    assert_eq!(
-        vec[0] & 1,
-        0,
+    let resident = |p: u64| {
+        let mut vec = [0u8; 1];
+        // SAFETY: mincore on one page of our own mapping.
+        let r = unsafe { libc::mincore((base + p * PAGE_U64) as *mut _, PAGE, vec.as_mut_ptr()) };
+        assert_eq!(r, 0);
+        vec[0] & 1 == 1
+    };
+    assert!(
+        !resident(2),
         "the page that failed verification was never installed"
     );
+    assert!(!resident(3), "the trigger waits outside the window");
     assert_eq!(
         pager.refused_pages(),
         0,
         "a failed prediction refuses nothing by itself"
     );
-    // Every page ends up installed exactly once, by a fault or by a prefetch.
+    // The trigger faults, without decrypting again, and keeps the stream going.
+    assert_eq!(read_u64(base + 3 * PAGE_U64), 3);
+    assert_eq!(stats.faults.load(Ordering::Relaxed), 2);
+    assert_eq!(stats.pages_decrypted.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.trigger_hits.load(Ordering::Relaxed), 1);
+    wait_for("the next batch (5 and 7; 6 is its trigger)", || {
+        stats.pages_prefetched.load(Ordering::Relaxed) == 4
+            && stats.triggers.load(Ordering::Relaxed) == 2
+    });
+    // Every page ends up installed exactly once: by a fault, a prefetch or a trigger.
     for p in 5..32u64 {
         assert_eq!(read_u64(base + p * PAGE_U64), p);
     }
@@ -298,7 +308,102 @@ fn predicted_pages_are_installed_off_the_fault_path() {
     wait_for("each page counted once", || {
         stats.pages_decrypted.load(Ordering::Relaxed)
             + stats.pages_prefetched.load(Ordering::Relaxed)
+            + stats.trigger_hits.load(Ordering::Relaxed)
             == 31
     });
+    let sets = pager.page_sets(off).unwrap();
+    let mut all: Vec<u64> = sets
+        .demand
+        .iter()
+        .chain(&sets.prefetched)
+        .copied()
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(
+        all,
+        (0..32).collect::<Vec<_>>(),
+        "every page came one way or the other"
+    );
+    assert_eq!(sets.demand[0], 0);
+    let est = stats.estimate();
+    assert_eq!(est.accuracy, Some(1.0), "a scan uses every trigger");
+    assert!(est.coverage.unwrap() > 0.8, "{est:?}");
+    pager.detach(off).unwrap();
+}
+
+/// Touches `pages` in order from one host thread.
+fn walk(base: u64, pages: impl Iterator<Item = u64>) {
+    for p in pages {
+        assert_eq!(read_u64(base + p * PAGE_U64), p);
+    }
+}
+
+#[test]
+fn triggers_report_use_and_waste() {
+    const N: u64 = 4096;
+    let source = || {
+        Arc::new(Pattern {
+            writable: false,
+            bad_page: None,
+        })
+    };
+    let pager = Pager::new(2 * N * PAGE_U64, 2).unwrap();
+    // A sequential scan with stream:8 faults only at the start, on late
+    // pages and on triggers, and every trigger is used.
+    let (off, stats) = pager.attach(source(), N).unwrap();
+    pager
+        .set_predictor(
+            off,
+            Some(pmo_policies::predictor_from_name("stream:8").unwrap()),
+        )
+        .unwrap();
+    walk(pager.host_addr() + off, 0..N);
+    assert_eq!(stats.demand_unpredicted.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.trigger_wasted.load(Ordering::Relaxed), 0);
+    let est = stats.estimate();
+    assert!(est.coverage.unwrap() > 0.99, "{est:?}");
+    pager.detach(off).unwrap();
+    // Random touches: the stream's triggers expire untouched.
+    let (off, stats) = pager.attach(source(), N).unwrap();
+    pager
+        .set_predictor(
+            off,
+            Some(pmo_policies::predictor_from_name("stream:4").unwrap()),
+        )
+        .unwrap();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let random: Vec<u64> = (0..1500)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % N
+        })
+        .collect();
+    walk(pager.host_addr() + off, random.iter().copied());
+    let wasted = stats.trigger_wasted.load(Ordering::Relaxed);
+    assert!(wasted > 500, "only {wasted} triggers reported wasted");
+    assert!(
+        stats.estimate().accuracy.unwrap() < 0.2,
+        "{:?}",
+        stats.estimate()
+    );
+    let stream_issued = pager.page_sets(off).unwrap().prefetched.len();
+    pager.detach(off).unwrap();
+    // The adaptive predictor hears of that waste and stops predicting.
+    let (off, _) = pager.attach(source(), N).unwrap();
+    pager
+        .set_predictor(
+            off,
+            Some(pmo_policies::predictor_from_name("adaptive").unwrap()),
+        )
+        .unwrap();
+    walk(pager.host_addr() + off, random.iter().copied());
+    let adaptive_issued = pager.page_sets(off).unwrap().prefetched.len();
+    assert!(
+        adaptive_issued * 4 < stream_issued,
+        "adaptive issued {adaptive_issued} pages, stream:4 {stream_issued}"
+    );
     pager.detach(off).unwrap();
 }
