@@ -1,1 +1,156 @@
-//! (to be written)
+//! The label storage area: a small persistent byte array in a host file
+//! where the guest's nvdimm core keeps its namespace labels, so a region's
+//! namespaces are found again after the VMM restarts.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// Size of a new LSA, as QEMU and most devices use.
+pub const DEFAULT_LSA_SIZE: u64 = 128 << 10;
+/// Largest LSA we accept from a file (the IDENTIFY field is 32 bits, but
+/// anything past a few MiB is a mistake).
+pub const MAX_LSA_SIZE: u64 = 16 << 20;
+
+/// Errors opening or accessing the LSA.
+#[derive(Debug, thiserror::Error)]
+pub enum LsaError {
+    #[error("LSA {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("LSA {0}: size must be between 1 byte and 16 MiB")]
+    Size(PathBuf),
+    #[error("LSA access {offset:#x}+{len:#x} is outside its {size:#x} bytes")]
+    Bounds { offset: u64, len: u64, size: u64 },
+}
+
+/// An open label storage area.
+pub struct Lsa {
+    file: File,
+    path: PathBuf,
+    size: u64,
+}
+
+impl Lsa {
+    /// Opens `path`, creating it with `DEFAULT_LSA_SIZE` zero bytes if it is
+    /// missing or empty; an existing file keeps its size.
+    pub fn open(path: &Path) -> Result<Lsa, LsaError> {
+        let io = |source| LsaError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(io)?;
+        let mut size = file.metadata().map_err(io)?.len();
+        if size == 0 {
+            file.set_len(DEFAULT_LSA_SIZE).map_err(io)?;
+            size = DEFAULT_LSA_SIZE;
+        }
+        if size > MAX_LSA_SIZE {
+            return Err(LsaError::Size(path.to_path_buf()));
+        }
+        Ok(Lsa {
+            file,
+            path: path.to_path_buf(),
+            size,
+        })
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn check(&self, offset: u64, len: u64) -> Result<(), LsaError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.size => Ok(()),
+            _ => Err(LsaError::Bounds {
+                offset,
+                len,
+                size: self.size,
+            }),
+        }
+    }
+
+    /// Reads `len` bytes at `offset`.
+    pub fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>, LsaError> {
+        self.check(offset, len)?;
+        let mut buf = vec![0u8; len as usize];
+        self.file
+            .read_exact_at(&mut buf, offset)
+            .map_err(|source| LsaError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        Ok(buf)
+    }
+
+    /// Writes `data` at `offset`; durable once [`Lsa::sync`] returns.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), LsaError> {
+        self.check(offset, data.len() as u64)?;
+        self.file
+            .write_all_at(data, offset)
+            .map_err(|source| LsaError::Io {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    /// Makes every write so far durable on the host.
+    pub fn sync(&self) -> Result<(), LsaError> {
+        self.file.sync_data().map_err(|source| LsaError::Io {
+            path: self.path.clone(),
+            source,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("cxl-lsa-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_file(&d);
+        d
+    }
+
+    #[test]
+    fn created_persistent_and_bounded() {
+        let p = tmp("a");
+        let l = Lsa::open(&p).unwrap();
+        assert_eq!(l.size(), DEFAULT_LSA_SIZE);
+        l.write(100, b"label").unwrap();
+        l.sync().unwrap();
+        drop(l);
+        let l = Lsa::open(&p).unwrap();
+        assert_eq!(l.read(100, 5).unwrap(), b"label");
+        assert!(matches!(
+            l.read(DEFAULT_LSA_SIZE - 1, 2),
+            Err(LsaError::Bounds { .. })
+        ));
+        assert!(matches!(
+            l.write(u64::MAX, b"x"),
+            Err(LsaError::Bounds { .. })
+        ));
+        assert!(l.read(DEFAULT_LSA_SIZE, 0).is_ok());
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn oversized_file_is_refused() {
+        let p = tmp("b");
+        std::fs::File::create(&p)
+            .unwrap()
+            .set_len(MAX_LSA_SIZE + 1)
+            .unwrap();
+        assert!(matches!(Lsa::open(&p), Err(LsaError::Size(_))));
+        std::fs::remove_file(&p).unwrap();
+    }
+}

@@ -1,1 +1,526 @@
-//! (to be written)
+//! The primary mailbox: its registers and the commands it executes.
+//!
+//! A command runs synchronously inside the MMIO write that rings the
+//! doorbell, so the doorbell is already clear when the driver first polls
+//! it. Every input field is checked before use: a malformed command gets a
+//! return code (Invalid Input, Unsupported), never a panic.
+
+use crate::lsa::Lsa;
+
+/// Payload area size: 2^11 = 2 KiB (Linux wants at least 256 bytes).
+pub const PAYLOAD_SHIFT: u32 = 11;
+pub const PAYLOAD_SIZE: usize = 1 << PAYLOAD_SHIFT;
+/// Register offsets inside the mailbox capability.
+pub const MB_CAP: u64 = 0x00;
+pub const MB_CTRL: u64 = 0x04;
+pub const MB_CMD: u64 = 0x08;
+pub const MB_STATUS: u64 = 0x10;
+pub const MB_BG_STATUS: u64 = 0x18;
+pub const MB_PAYLOAD: u64 = 0x20;
+/// Bytes of register space: header plus payload.
+pub const MAILBOX_LEN: u64 = MB_PAYLOAD + PAYLOAD_SIZE as u64;
+
+const CTRL_DOORBELL: u32 = 1;
+const CMD_LEN_SHIFT: u32 = 16;
+const CMD_LEN_MASK: u64 = (1 << 21) - 1;
+const STATUS_RC_SHIFT: u32 = 32;
+
+/// Opcodes we implement.
+pub const GET_SUPPORTED_LOGS: u16 = 0x0400;
+pub const GET_LOG: u16 = 0x0401;
+pub const IDENTIFY: u16 = 0x4000;
+pub const GET_LSA: u16 = 0x4102;
+pub const SET_LSA: u16 = 0x4103;
+pub const GET_HEALTH_INFO: u16 = 0x4200;
+pub const GET_SHUTDOWN_STATE: u16 = 0x4203;
+pub const SET_SHUTDOWN_STATE: u16 = 0x4204;
+
+/// Return codes (CXL 2.0 table 150).
+pub const RC_SUCCESS: u16 = 0x0000;
+pub const RC_INVALID_INPUT: u16 = 0x0002;
+pub const RC_UNSUPPORTED: u16 = 0x0003;
+pub const RC_INTERNAL_ERROR: u16 = 0x0004;
+
+/// Command Effects Log UUID 0da9c0b5-bf41-4b78-8f79-96b1623b3f17, in the
+/// byte order it travels in.
+pub const CEL_UUID: [u8; 16] = [
+    0x0d, 0xa9, 0xc0, 0xb5, 0xbf, 0x41, 0x4b, 0x78, 0x8f, 0x79, 0x96, 0xb1, 0x62, 0x3b, 0x3f, 0x17,
+];
+
+/// Command effects: immediate configuration change (bit 1), immediate
+/// data change (bit 2).
+const EFFECT_CONFIG: u16 = 1 << 1;
+const EFFECT_DATA: u16 = 1 << 2;
+
+/// Every command we implement with its effects, in CEL order.
+pub const CEL: &[(u16, u16)] = &[
+    (GET_SUPPORTED_LOGS, 0),
+    (GET_LOG, 0),
+    (IDENTIFY, 0),
+    (GET_LSA, 0),
+    (SET_LSA, EFFECT_CONFIG | EFFECT_DATA),
+    (GET_HEALTH_INFO, 0),
+    (GET_SHUTDOWN_STATE, 0),
+    (SET_SHUTDOWN_STATE, EFFECT_CONFIG),
+];
+
+/// IDENTIFY reports capacities in these units.
+pub const CAPACITY_UNIT: u64 = 256 << 20;
+/// Length of the IDENTIFY output Linux 6.1 expects exactly.
+pub const IDENTIFY_LEN: usize = 0x43;
+/// Length of the GET_HEALTH_INFO output.
+pub const HEALTH_INFO_LEN: usize = 0x12;
+
+/// Where the device's persistent health counters come from (the expander).
+pub trait Health: Send {
+    /// Shutdowns of the device that did not flush its cache first.
+    fn dirty_shutdown_count(&self) -> u32;
+}
+
+/// What the commands answer from: the device's identity, LSA and health.
+pub struct Commands {
+    /// Persistent capacity in bytes (a multiple of [`CAPACITY_UNIT`]).
+    pub capacity: u64,
+    pub lsa: Lsa,
+    pub health: Box<dyn Health>,
+    /// Shutdown state set by the host OS (bit 0: dirty).
+    shutdown_state: u8,
+}
+
+#[cfg(test)]
+fn le16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn le32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+impl Commands {
+    pub fn new(capacity: u64, lsa: Lsa, health: Box<dyn Health>) -> Self {
+        Commands {
+            capacity,
+            lsa,
+            health,
+            shutdown_state: 0,
+        }
+    }
+
+    /// The Command Effects Log as bytes.
+    pub fn cel_bytes() -> Vec<u8> {
+        CEL.iter()
+            .flat_map(|(op, eff)| op.to_le_bytes().into_iter().chain(eff.to_le_bytes()))
+            .collect()
+    }
+
+    /// Executes `opcode` with `input`; on success `out` holds the output
+    /// payload (at most [`PAYLOAD_SIZE`] bytes). Returns the return code.
+    pub fn execute(&mut self, opcode: u16, input: &[u8], out: &mut Vec<u8>) -> u16 {
+        out.clear();
+        let empty = input.is_empty();
+        match opcode {
+            GET_SUPPORTED_LOGS if empty => {
+                out.extend_from_slice(&1u16.to_le_bytes());
+                out.extend_from_slice(&[0; 6]);
+                out.extend_from_slice(&CEL_UUID);
+                out.extend_from_slice(&(Self::cel_bytes().len() as u32).to_le_bytes());
+                RC_SUCCESS
+            }
+            GET_LOG => self.get_log(input, out),
+            IDENTIFY if empty => {
+                self.identify(out);
+                RC_SUCCESS
+            }
+            GET_LSA => self.get_lsa(input, out),
+            SET_LSA => self.set_lsa(input),
+            GET_HEALTH_INFO if empty => {
+                out.resize(HEALTH_INFO_LEN, 0);
+                // Health status 0 (all good), media status 0 (normal).
+                out[6..10].copy_from_slice(&self.health.dirty_shutdown_count().to_le_bytes());
+                RC_SUCCESS
+            }
+            GET_SHUTDOWN_STATE if empty => {
+                out.push(self.shutdown_state);
+                RC_SUCCESS
+            }
+            SET_SHUTDOWN_STATE => match input {
+                [state] => {
+                    self.shutdown_state = state & 1;
+                    RC_SUCCESS
+                }
+                _ => RC_INVALID_INPUT,
+            },
+            GET_SUPPORTED_LOGS | IDENTIFY | GET_HEALTH_INFO | GET_SHUTDOWN_STATE => {
+                RC_INVALID_INPUT
+            }
+            _ => RC_UNSUPPORTED,
+        }
+    }
+
+    fn identify(&self, out: &mut Vec<u8>) {
+        out.resize(IDENTIFY_LEN, 0);
+        let fw = b"pmovmm-cxl-t3 1";
+        out[..fw.len()].copy_from_slice(fw);
+        let units = self.capacity / CAPACITY_UNIT;
+        out[0x10..0x18].copy_from_slice(&units.to_le_bytes()); // total
+                                                               // 0x18: volatile-only capacity stays 0.
+        out[0x20..0x28].copy_from_slice(&units.to_le_bytes()); // persistent-only
+                                                               // 0x28: partition alignment 0 (not partitionable).
+        out[0x38..0x3c].copy_from_slice(&(self.lsa.size() as u32).to_le_bytes());
+    }
+
+    /// Input: UUID, offset u32, length u32.
+    fn get_log(&self, input: &[u8], out: &mut Vec<u8>) -> u16 {
+        if input.len() != 0x18 || input[..16] != CEL_UUID {
+            return RC_INVALID_INPUT;
+        }
+        let (Some(offset), Some(len)) = (le32(input, 16), le32(input, 20)) else {
+            return RC_INVALID_INPUT;
+        };
+        let cel = Self::cel_bytes();
+        let (offset, len) = (offset as usize, len as usize);
+        match offset.checked_add(len) {
+            Some(end) if end <= cel.len() && len <= PAYLOAD_SIZE => {
+                out.extend_from_slice(&cel[offset..end]);
+                RC_SUCCESS
+            }
+            _ => RC_INVALID_INPUT,
+        }
+    }
+
+    /// Input: offset u32, length u32.
+    fn get_lsa(&self, input: &[u8], out: &mut Vec<u8>) -> u16 {
+        let (8, Some(offset), Some(len)) = (input.len(), le32(input, 0), le32(input, 4)) else {
+            return RC_INVALID_INPUT;
+        };
+        if len as usize > PAYLOAD_SIZE {
+            return RC_INVALID_INPUT;
+        }
+        match self.lsa.read(offset.into(), len.into()) {
+            Ok(data) => {
+                *out = data;
+                RC_SUCCESS
+            }
+            Err(crate::lsa::LsaError::Bounds { .. }) => RC_INVALID_INPUT,
+            Err(e) => {
+                log::error!("cxl-t3 GET_LSA: {e}");
+                RC_INTERNAL_ERROR
+            }
+        }
+    }
+
+    /// Input: offset u32, reserved u32, data.
+    fn set_lsa(&self, input: &[u8]) -> u16 {
+        let Some(offset) = le32(input, 0) else {
+            return RC_INVALID_INPUT;
+        };
+        let Some(data) = input.get(8..) else {
+            return RC_INVALID_INPUT;
+        };
+        match self.lsa.write(offset.into(), data) {
+            Ok(()) => RC_SUCCESS,
+            Err(crate::lsa::LsaError::Bounds { .. }) => RC_INVALID_INPUT,
+            Err(e) => {
+                log::error!("cxl-t3 SET_LSA: {e}");
+                RC_INTERNAL_ERROR
+            }
+        }
+    }
+}
+
+/// The mailbox registers around a [`Commands`].
+pub struct Mailbox {
+    ctrl: u32,
+    cmd: u64,
+    status: u64,
+    payload: Box<[u8; PAYLOAD_SIZE]>,
+    pub commands: Commands,
+    out: Vec<u8>,
+}
+
+impl Mailbox {
+    pub fn new(commands: Commands) -> Self {
+        Mailbox {
+            ctrl: 0,
+            cmd: 0,
+            status: 0,
+            payload: Box::new([0; PAYLOAD_SIZE]),
+            commands,
+            out: Vec::with_capacity(PAYLOAD_SIZE),
+        }
+    }
+
+    fn header(&self) -> [u8; MB_PAYLOAD as usize] {
+        let mut h = [0u8; MB_PAYLOAD as usize];
+        h[0..4].copy_from_slice(&PAYLOAD_SHIFT.to_le_bytes());
+        h[4..8].copy_from_slice(&self.ctrl.to_le_bytes());
+        h[8..16].copy_from_slice(&self.cmd.to_le_bytes());
+        h[16..24].copy_from_slice(&self.status.to_le_bytes());
+        h
+    }
+
+    /// Reads any 1..8 bytes at `offset`; out-of-range bytes read as zero.
+    pub fn read(&self, offset: u64, data: &mut [u8]) {
+        let h = self.header();
+        for (i, d) in data.iter_mut().enumerate() {
+            let o = offset.saturating_add(i as u64);
+            *d = if o < MB_PAYLOAD {
+                h[o as usize]
+            } else {
+                usize::try_from(o - MB_PAYLOAD)
+                    .ok()
+                    .and_then(|p| self.payload.get(p).copied())
+                    .unwrap_or(0)
+            };
+        }
+    }
+
+    /// Writes any 1..8 bytes at `offset`; a write setting the doorbell runs
+    /// the command before it returns.
+    pub fn write(&mut self, offset: u64, data: &[u8]) {
+        let mut h = self.header();
+        let mut ring = false;
+        for (i, b) in data.iter().enumerate() {
+            let o = offset.saturating_add(i as u64);
+            if o >= MB_PAYLOAD {
+                if let Some(p) = usize::try_from(o - MB_PAYLOAD)
+                    .ok()
+                    .and_then(|p| self.payload.get_mut(p))
+                {
+                    *p = *b;
+                }
+            } else if (MB_CTRL..MB_STATUS).contains(&o) {
+                h[o as usize] = *b;
+                ring |= o == MB_CTRL && u32::from(*b) & CTRL_DOORBELL != 0;
+            }
+        }
+        // Doorbell is the only control bit (no interrupts offered).
+        self.ctrl = 0;
+        self.cmd = u64::from_le_bytes(h[8..16].try_into().unwrap_or([0; 8]));
+        if ring {
+            self.run();
+        }
+    }
+
+    fn run(&mut self) {
+        let opcode = self.cmd as u16;
+        let len = ((self.cmd >> CMD_LEN_SHIFT) & CMD_LEN_MASK) as usize;
+        let rc = match self.payload.get(..len) {
+            Some(input) => {
+                let input = input.to_vec();
+                self.commands.execute(opcode, &input, &mut self.out)
+            }
+            None => RC_INVALID_INPUT,
+        };
+        let out_len = if rc == RC_SUCCESS {
+            let n = self.out.len().min(PAYLOAD_SIZE);
+            self.payload[..n].copy_from_slice(&self.out[..n]);
+            n
+        } else {
+            0
+        };
+        self.cmd = u64::from(opcode) | ((out_len as u64) << CMD_LEN_SHIFT);
+        self.status = u64::from(rc) << STATUS_RC_SHIFT;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    struct Dirty(u32);
+    impl Health for Dirty {
+        fn dirty_shutdown_count(&self) -> u32 {
+            self.0
+        }
+    }
+
+    struct Tmp(PathBuf);
+    impl Drop for Tmp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn mailbox(name: &str) -> (Mailbox, Tmp) {
+        let p = std::env::temp_dir().join(format!("cxl-mb-{}-{name}.lsa", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        let lsa = Lsa::open(&p).unwrap();
+        let mb = Mailbox::new(Commands::new(1 << 30, lsa, Box::new(Dirty(7))));
+        (mb, Tmp(p))
+    }
+
+    /// Sends a command as Linux does (payload, command, doorbell); returns
+    /// (return code, output).
+    fn send(mb: &mut Mailbox, opcode: u16, input: &[u8]) -> (u16, Vec<u8>) {
+        for (i, chunk) in input.chunks(8).enumerate() {
+            mb.write(MB_PAYLOAD + 8 * i as u64, chunk);
+        }
+        let cmd = u64::from(opcode) | ((input.len() as u64) << 16);
+        mb.write(MB_CMD, &cmd.to_le_bytes());
+        mb.write(MB_CTRL, &1u32.to_le_bytes());
+        let mut c = [0u8; 4];
+        mb.read(MB_CTRL, &mut c);
+        assert_eq!(
+            u32::from_le_bytes(c) & 1,
+            0,
+            "doorbell clear after the write"
+        );
+        let mut s = [0u8; 8];
+        mb.read(MB_STATUS, &mut s);
+        let rc = (u64::from_le_bytes(s) >> 32) as u16;
+        let mut cmd = [0u8; 8];
+        mb.read(MB_CMD, &mut cmd);
+        let cmd = u64::from_le_bytes(cmd);
+        assert_eq!(cmd as u16, opcode);
+        let len = ((cmd >> 16) & CMD_LEN_MASK) as usize;
+        let mut out = vec![0u8; len];
+        mb.read(MB_PAYLOAD, &mut out);
+        (rc, out)
+    }
+
+    #[test]
+    fn capabilities_register() {
+        let (mb, _t) = mailbox("cap");
+        let mut c = [0u8; 4];
+        mb.read(MB_CAP, &mut c);
+        assert_eq!(u32::from_le_bytes(c) & 0x1f, PAYLOAD_SHIFT);
+    }
+
+    #[test]
+    fn supported_logs_and_cel() {
+        let (mut mb, _t) = mailbox("cel");
+        let (rc, out) = send(&mut mb, GET_SUPPORTED_LOGS, &[]);
+        assert_eq!(rc, RC_SUCCESS);
+        assert_eq!(out.len(), 8 + 20);
+        assert_eq!(le16(&out, 0), Some(1));
+        assert_eq!(out[8..24], CEL_UUID);
+        let size = le32(&out, 24).unwrap();
+        assert_eq!(size as usize, 4 * CEL.len());
+        // Read the CEL in two chunks, as Linux does with a small payload.
+        let mut cel = Vec::new();
+        for (off, len) in [(0u32, 12u32), (12, size - 12)] {
+            let mut inp = CEL_UUID.to_vec();
+            inp.extend_from_slice(&off.to_le_bytes());
+            inp.extend_from_slice(&len.to_le_bytes());
+            let (rc, out) = send(&mut mb, GET_LOG, &inp);
+            assert_eq!(rc, RC_SUCCESS);
+            cel.extend(out);
+        }
+        let ops: Vec<u16> = cel
+            .chunks(4)
+            .map(|e| u16::from_le_bytes([e[0], e[1]]))
+            .collect();
+        assert_eq!(
+            ops,
+            vec![0x0400, 0x0401, 0x4000, 0x4102, 0x4103, 0x4200, 0x4203, 0x4204]
+        );
+        let effects_set_lsa = u16::from_le_bytes([cel[18], cel[19]]);
+        assert_ne!(effects_set_lsa, 0);
+        // Beyond the log, a wrong UUID, a short input: invalid input.
+        let mut inp = CEL_UUID.to_vec();
+        inp.extend_from_slice(&4u32.to_le_bytes());
+        inp.extend_from_slice(&size.to_le_bytes());
+        assert_eq!(send(&mut mb, GET_LOG, &inp).0, RC_INVALID_INPUT);
+        let mut inp2 = inp.clone();
+        inp2[0] ^= 1;
+        assert_eq!(send(&mut mb, GET_LOG, &inp2).0, RC_INVALID_INPUT);
+        assert_eq!(send(&mut mb, GET_LOG, &inp[..20]).0, RC_INVALID_INPUT);
+        let mut huge = CEL_UUID.to_vec();
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(send(&mut mb, GET_LOG, &huge).0, RC_INVALID_INPUT);
+    }
+
+    #[test]
+    fn identify_layout() {
+        let (mut mb, _t) = mailbox("id");
+        let (rc, out) = send(&mut mb, IDENTIFY, &[]);
+        assert_eq!(rc, RC_SUCCESS);
+        assert_eq!(out.len(), IDENTIFY_LEN);
+        let u64_at = |o: usize| u64::from_le_bytes(out[o..o + 8].try_into().unwrap());
+        assert_eq!(u64_at(0x10), 4, "total: 1 GiB in 256 MiB units");
+        assert_eq!(u64_at(0x18), 0, "no volatile capacity");
+        assert_eq!(u64_at(0x20), 4, "all persistent");
+        assert_eq!(u64_at(0x28), 0, "not partitionable");
+        assert_eq!(le32(&out, 0x38), Some(128 << 10), "LSA size");
+        assert_eq!(send(&mut mb, IDENTIFY, &[1]).0, RC_INVALID_INPUT);
+    }
+
+    #[test]
+    fn lsa_commands_and_bounds() {
+        let (mut mb, _t) = mailbox("lsa");
+        let mut set = 0x100u32.to_le_bytes().to_vec();
+        set.extend_from_slice(&[0; 4]);
+        set.extend_from_slice(b"namespace-label");
+        assert_eq!(send(&mut mb, SET_LSA, &set).0, RC_SUCCESS);
+        let mut get = 0x100u32.to_le_bytes().to_vec();
+        get.extend_from_slice(&15u32.to_le_bytes());
+        let (rc, out) = send(&mut mb, GET_LSA, &get);
+        assert_eq!((rc, out.as_slice()), (RC_SUCCESS, &b"namespace-label"[..]));
+        // Past the end, too long for the payload, malformed inputs.
+        let mut past = ((128u32 << 10) - 4).to_le_bytes().to_vec();
+        past.extend_from_slice(&8u32.to_le_bytes());
+        assert_eq!(send(&mut mb, GET_LSA, &past).0, RC_INVALID_INPUT);
+        let mut long = 0u32.to_le_bytes().to_vec();
+        long.extend_from_slice(&(PAYLOAD_SIZE as u32 + 1).to_le_bytes());
+        assert_eq!(send(&mut mb, GET_LSA, &long).0, RC_INVALID_INPUT);
+        assert_eq!(send(&mut mb, GET_LSA, &get[..7]).0, RC_INVALID_INPUT);
+        let mut set_past = u32::MAX.to_le_bytes().to_vec();
+        set_past.extend_from_slice(&[0; 4]);
+        set_past.push(1);
+        assert_eq!(send(&mut mb, SET_LSA, &set_past).0, RC_INVALID_INPUT);
+        assert_eq!(send(&mut mb, SET_LSA, &[0; 5]).0, RC_INVALID_INPUT);
+    }
+
+    #[test]
+    fn health_and_shutdown_state() {
+        let (mut mb, _t) = mailbox("health");
+        let (rc, out) = send(&mut mb, GET_HEALTH_INFO, &[]);
+        assert_eq!(rc, RC_SUCCESS);
+        assert_eq!(out.len(), HEALTH_INFO_LEN);
+        assert_eq!(le32(&out, 6), Some(7));
+        assert_eq!(
+            send(&mut mb, GET_SHUTDOWN_STATE, &[]),
+            (RC_SUCCESS, vec![0])
+        );
+        assert_eq!(send(&mut mb, SET_SHUTDOWN_STATE, &[1]).0, RC_SUCCESS);
+        assert_eq!(
+            send(&mut mb, GET_SHUTDOWN_STATE, &[]),
+            (RC_SUCCESS, vec![1])
+        );
+        assert_eq!(
+            send(&mut mb, SET_SHUTDOWN_STATE, &[1, 2]).0,
+            RC_INVALID_INPUT
+        );
+        assert_eq!(send(&mut mb, GET_HEALTH_INFO, &[0]).0, RC_INVALID_INPUT);
+    }
+
+    #[test]
+    fn unknown_opcodes_and_bad_lengths() {
+        let (mut mb, _t) = mailbox("bad");
+        for op in [0x0000u16, 0x0100, 0x4100, 0x4300, 0xffff] {
+            assert_eq!(send(&mut mb, op, &[]).0, RC_UNSUPPORTED, "opcode {op:#x}");
+        }
+        // A length field larger than the payload area.
+        let cmd = u64::from(IDENTIFY) | ((PAYLOAD_SIZE as u64 + 1) << 16);
+        mb.write(MB_CMD, &cmd.to_le_bytes());
+        mb.write(MB_CTRL, &[1]);
+        let mut s = [0u8; 8];
+        mb.read(MB_STATUS, &mut s);
+        assert_eq!((u64::from_le_bytes(s) >> 32) as u16, RC_INVALID_INPUT);
+        // Writes far outside the register space and odd sizes are harmless.
+        mb.write(u64::MAX - 2, &[1, 2, 3, 4, 5]);
+        mb.write(MB_STATUS, &[0xff; 8]);
+        mb.read(MB_STATUS, &mut s);
+        assert_eq!(
+            (u64::from_le_bytes(s) >> 32) as u16,
+            RC_INVALID_INPUT,
+            "status is read-only"
+        );
+        let mut far = [0xaau8; 3];
+        mb.read(MAILBOX_LEN + 10, &mut far);
+        assert_eq!(far, [0; 3]);
+    }
+}
