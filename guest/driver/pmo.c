@@ -121,6 +121,11 @@ struct pmo_wire_stat {
 	__le64 psync_ns_total;
 	__le64 integrity_failures;
 	__le64 fault_hist[PMO_HIST_BUCKETS];
+	__le64 triggers;
+	__le64 trigger_hits;
+	__le64 trigger_wasted;
+	__le64 prefetch_late;
+	__le64 demand_unpredicted;
 } __packed;
 
 struct pmo_wire_list_resp {
@@ -592,6 +597,11 @@ static long pmo_ioc_stat(struct pmo_file *pf, void __user *argp)
 	a->integrity_failures = le64_to_cpu(w->integrity_failures);
 	for (i = 0; i < PMO_HIST_BUCKETS; i++)
 		a->fault_hist[i] = le64_to_cpu(w->fault_hist[i]);
+	a->triggers = le64_to_cpu(w->triggers);
+	a->trigger_hits = le64_to_cpu(w->trigger_hits);
+	a->trigger_wasted = le64_to_cpu(w->trigger_wasted);
+	a->prefetch_late = le64_to_cpu(w->prefetch_late);
+	a->demand_unpredicted = le64_to_cpu(w->demand_unpredicted);
 	a->perm = perm;
 	a->poisoned = atomic_read(&pf->npoisoned);
 	err = copy_to_user(argp, a, sizeof(*a)) ? -EFAULT : 0;

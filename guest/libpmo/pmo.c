@@ -312,6 +312,11 @@ int pmo_stat(void *addr, struct pmo_stat *st)
 	st->integrity_failures = s.integrity_failures;
 	for (i = 0; i < 16; i++)
 		st->fault_hist[i] = s.fault_hist[i];
+	st->triggers = s.triggers;
+	st->trigger_hits = s.trigger_hits;
+	st->trigger_wasted = s.trigger_wasted;
+	st->prefetch_late = s.prefetch_late;
+	st->demand_unpredicted = s.demand_unpredicted;
 	st->perm = s.perm == PMO_PERM_WRITE ? PMO_WRITE : PMO_READ;
 	st->poisoned = s.poisoned;
 	return 0;

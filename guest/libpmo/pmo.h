@@ -102,6 +102,21 @@ struct pmo_stat {
 	uint64_t psync_ns_total;
 	uint64_t integrity_failures;
 	uint64_t fault_hist[16];	/* faults of [2^i, 2^(i+1)) us */
+	/*
+	 * Prediction.  A pre-populated page is used without a fault, so the
+	 * host holds one page of each predicted batch back as a trigger whose
+	 * use (or expiry unused) it sees; late pages were predicted but not
+	 * ready when touched.  Estimates, as in the paper (seed 000 4.2):
+	 *   accuracy   ~ trigger_hits / (trigger_hits + trigger_wasted)
+	 *   used       ~ accuracy * pages_prefetched + trigger_hits + prefetch_late
+	 *   coverage   ~ used / (used + demand_unpredicted)
+	 *   timeliness ~ (used - prefetch_late) / used
+	 */
+	uint64_t triggers;		/* predicted pages held back as triggers */
+	uint64_t trigger_hits;		/* triggers touched: predictions used */
+	uint64_t trigger_wasted;	/* triggers never touched */
+	uint64_t prefetch_late;		/* touched before the prefetch was ready */
+	uint64_t demand_unpredicted;	/* faults on pages nobody predicted */
 	int perm;			/* PMO_READ or PMO_WRITE */
 	unsigned int poisoned;		/* pages reported poisoned */
 };

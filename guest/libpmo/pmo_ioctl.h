@@ -80,6 +80,11 @@ struct pmo_ioc_stat {
 	__u64 psync_ns_total;
 	__u64 integrity_failures;
 	__u64 fault_hist[PMO_HIST_BUCKETS];	/* [2^i, 2^(i+1)) us */
+	__u64 triggers;
+	__u64 trigger_hits;
+	__u64 trigger_wasted;
+	__u64 prefetch_late;
+	__u64 demand_unpredicted;
 	__u32 perm;				/* PMO_PERM_* of this attachment */
 	__u32 poisoned;				/* pages the host reported poisoned */
 };

@@ -204,7 +204,12 @@ static int cmd_stat(const char *name, const char *key)
 		       (unsigned long long)st.integrity_failures, st.poisoned);
 		for (i = 0; i < 16; i++)
 			printf(" %llu", (unsigned long long)st.fault_hist[i]);
-		printf("\n");
+		printf("\ntriggers %llu\ntrigger_hits %llu\ntrigger_wasted %llu\n"
+		       "prefetch_late %llu\ndemand_unpredicted %llu\n",
+		       (unsigned long long)st.triggers, (unsigned long long)st.trigger_hits,
+		       (unsigned long long)st.trigger_wasted,
+		       (unsigned long long)st.prefetch_late,
+		       (unsigned long long)st.demand_unpredicted);
 	}
 	return detach_report(name, p, rc);
 }

@@ -372,6 +372,22 @@ impl PmoService {
             .remove(&handle)
             .ok_or(Status::NoEnt)?;
         let s = &a.stats;
+        let est = s.estimate();
+        let pct = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{:.0}%", r * 100.0));
+        if s.pages_prefetched.load(Ordering::Relaxed) + s.triggers.load(Ordering::Relaxed) > 0 {
+            log::info!(
+                "pmo: detach {:?}: {} pages prefetched, {} triggers ({} used, {} wasted), {} late; estimated accuracy {}, coverage {}, timeliness {}",
+                a.name,
+                s.pages_prefetched.load(Ordering::Relaxed),
+                s.triggers.load(Ordering::Relaxed),
+                s.trigger_hits.load(Ordering::Relaxed),
+                s.trigger_wasted.load(Ordering::Relaxed),
+                s.prefetch_late.load(Ordering::Relaxed),
+                pct(est.accuracy),
+                pct(est.coverage),
+                pct(est.timeliness),
+            );
+        }
         log::info!(
             "pmo: detach {:?} ({}): {} faults ({} us total), {} pages decrypted, {} psyncs of {} pages ({} us), {} integrity failures",
             a.name,
@@ -432,7 +448,7 @@ impl PmoService {
     fn stat(&self, handle: u64) -> Result<Vec<u8>, Status> {
         let a = self.attachment(handle)?;
         let s = &a.stats;
-        let mut v = Vec::with_capacity(8 * (9 + HIST_BUCKETS));
+        let mut v = Vec::with_capacity(8 * (14 + HIST_BUCKETS));
         for x in [
             a.size,
             s.faults.load(Ordering::Relaxed),
@@ -448,6 +464,15 @@ impl PmoService {
         }
         for b in &s.fault_hist {
             v.extend_from_slice(&b.load(Ordering::Relaxed).to_le_bytes());
+        }
+        for x in [
+            &s.triggers,
+            &s.trigger_hits,
+            &s.trigger_wasted,
+            &s.prefetch_late,
+            &s.demand_unpredicted,
+        ] {
+            v.extend_from_slice(&x.load(Ordering::Relaxed).to_le_bytes());
         }
         Ok(v)
     }

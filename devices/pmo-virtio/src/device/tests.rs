@@ -261,13 +261,23 @@ fn a_predictor_prefetches_after_faults() {
         assert_eq!(st, Status::Ok);
         u64::from_le_bytes(r[i * 8..i * 8 + 8].try_into().unwrap())
     };
-    // pages_prefetched (field 4) reaches 4: pages 1..=4 after the fault on page 0.
+    // After the fault on page 0, pages 1..=4 are predicted: pages_prefetched
+    // (field 4) reaches 3, and page 3 is held back as a trigger (field 25).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while stat(4) < 4 {
+    while stat(4) < 3 || stat(25) < 1 {
         assert!(std::time::Instant::now() < deadline, "no prefetch happened");
         std::thread::yield_now();
     }
     assert_eq!(stat(1), 1, "one demand fault so far");
+    // Touching the trigger is a fault, seen as a used prediction (field 26).
+    // SAFETY: inside the attached slice.
+    assert_eq!(unsafe { *window(&s, off).add(3 * 4096) }, 0);
+    assert_eq!(stat(1), 2);
+    assert_eq!(stat(26), 1, "trigger hit");
+    // demand_unpredicted (field 29): only page 0.
+    assert_eq!(stat(29), 1);
+    let (_, r) = call(&s, OP_STAT, &h.to_le_bytes());
+    assert_eq!(r.len(), 8 * (9 + 16 + 5), "struct pmo_stat size");
     call(&s, OP_DETACH, &h.to_le_bytes());
     // A bad predictor spec is a startup error.
     let other = tmp("predict-bad");
