@@ -28,6 +28,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "libpmo allocator tests"
 make -s -C guest/libpmo test
 
+step "pmo_bench workload kernel tests"
+make -s -C guest/bench test
+
 step "checkpatch --strict on the guest driver"
 scripts/checkpatch.sh
 
