@@ -81,6 +81,16 @@ pub trait Medium: Send + Sync {
         }
         Ok(())
     }
+    /// The store is about to use `[off, off+len)` as the extent of the PMO in table slot `slot`
+    /// (creating it, or found at open before recovery touches it). A medium with inline range
+    /// encryption (the CXL expander's TEE) keys that range for this PMO here; others ignore it.
+    fn extent_in_use(&self, _slot: u32, _off: u64, _len: u64) -> Result<(), MediumError> {
+        Ok(())
+    }
+    /// The extent of slot `slot` was scrubbed and freed: its range key may go.
+    fn extent_released(&self, _slot: u32) -> Result<(), MediumError> {
+        Ok(())
+    }
 }
 
 /// Validates an access against the medium length without overflow.
@@ -109,5 +119,11 @@ impl<M: Medium + ?Sized> Medium for std::sync::Arc<M> {
     }
     fn as_ptr(&self) -> Option<*mut u8> {
         (**self).as_ptr()
+    }
+    fn extent_in_use(&self, slot: u32, off: u64, len: u64) -> Result<(), MediumError> {
+        (**self).extent_in_use(slot, off, len)
+    }
+    fn extent_released(&self, slot: u32) -> Result<(), MediumError> {
+        (**self).extent_released(slot)
     }
 }

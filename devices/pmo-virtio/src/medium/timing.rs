@@ -72,6 +72,12 @@ impl<M: Medium> Medium for TimedMedium<M> {
         self.inner.zero(off, len)
     }
     // No `as_ptr`: direct access would bypass the timing model.
+    fn extent_in_use(&self, slot: u32, off: u64, len: u64) -> Result<(), MediumError> {
+        self.inner.extent_in_use(slot, off, len)
+    }
+    fn extent_released(&self, slot: u32) -> Result<(), MediumError> {
+        self.inner.extent_released(slot)
+    }
 }
 
 #[cfg(test)]

@@ -452,6 +452,8 @@ impl Store {
         let (&slot, &(seq, copy)) = cat.free_slots.iter().next().ok_or(StoreError::TableFull)?;
         let (ext_off, ext_len) = cat.alloc.alloc(geo.total())?;
         let result = (|| {
+            // Key the range (on a medium with inline encryption) before anything is written.
+            self.inner.m.extent_in_use(slot, ext_off, ext_len)?;
             // The free space may hold a destroyed PMO's bytes or a crashed create's: scrub the
             // tree region (a zero tree is the valid empty tree). Primaries and TSC are never
             // read before being written under this PMO's keys.
@@ -499,6 +501,9 @@ impl Store {
                 Ok(())
             }
             Err(e) => {
+                if let Err(re) = self.inner.m.extent_released(slot) {
+                    log::warn!("release extent of slot {slot}: {re}");
+                }
                 cat.alloc.release(ext_off, ext_len);
                 Err(e)
             }
@@ -567,6 +572,7 @@ impl Store {
         self.inner.m.persist(off, len)?;
         cell.rec.state = PmoState::Free;
         self.inner.write_rec(rt, &mut cell)?;
+        self.inner.m.extent_released(rt.slot)?;
         let mut cat = self.inner.lock_cat();
         cat.names.remove(&rt.name);
         cat.alloc.release(off, len);

@@ -123,6 +123,8 @@ pub(super) fn open(m: Arc<dyn Medium>) -> Result<(Store, RecoveryReport), StoreE
             report.bad_slots.push((slot, e.to_string()));
             continue;
         }
+        // Recovery may read and write the extent: key it first (inline-encrypting media).
+        m.extent_in_use(slot, rec.ext_off, rec.ext_len)?;
         let rt = Arc::new(PmoRt {
             slot,
             name: rec.name.clone(),
@@ -169,6 +171,7 @@ pub(super) fn open(m: Arc<dyn Medium>) -> Result<(Store, RecoveryReport), StoreE
     {
         let mut cat = inner.lock_cat();
         for rt in freed {
+            inner.m.extent_released(rt.slot)?;
             let c = rt.lock_rec();
             cat.alloc.release(c.rec.ext_off, c.rec.ext_len);
             cat.free_slots.insert(rt.slot, (c.rec.seq, c.copy));
