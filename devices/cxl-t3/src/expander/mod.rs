@@ -162,8 +162,25 @@ impl Drop for AnonMap {
     }
 }
 
-/// One CXL Type 3 device's memory.
+/// One CXL Type 3 device's memory. The handle owns the fault threads:
+/// dropping the last `Arc<Expander>` stops and joins them, so the media file
+/// is closed (and unlocked) when the drop returns. Everything else is on
+/// [`Shared`], reached through `Deref`.
 pub struct Expander {
+    shared: Arc<Shared>,
+    stop: EventFd,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::ops::Deref for Expander {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+/// The state the fault threads share with the handle.
+pub struct Shared {
     map: AnonMap,
     size: u64,
     uffd: Arc<Uffd>,
@@ -178,13 +195,20 @@ pub struct Expander {
     media_errors: AtomicU64,
     /// A clean shutdown is recorded on media; a new write must undo that.
     clean: AtomicBool,
-    stop: EventFd,
-    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Expander {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Expander")
+            .field("size", &self.size)
+            .field("media", &self.media)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
             .field("size", &self.size)
             .field("media", &self.media)
             .finish_non_exhaustive()
@@ -225,7 +249,7 @@ impl Expander {
         uffd.register(map.addr as u64, cfg.size)
             .map_err(os("register DPA space"))?;
         let sets = model.sets() as usize;
-        let exp = Arc::new(Expander {
+        let shared = Arc::new(Shared {
             map,
             size: cfg.size,
             uffd: Arc::new(uffd),
@@ -237,23 +261,36 @@ impl Expander {
             wp_faults: AtomicU64::new(0),
             media_errors: AtomicU64::new(0),
             clean: AtomicBool::new(false),
+        });
+        let exp = Arc::new(Expander {
+            shared,
             stop: EventFd::new(libc::EFD_NONBLOCK).map_err(os("eventfd"))?,
             threads: Mutex::new(Vec::new()),
         });
         for i in 0..FAULT_THREADS {
-            // Threads hold the expander weakly: dropping the last owner stops them.
-            let weak = Arc::downgrade(&exp);
-            let uffd = exp.uffd.clone();
+            let shared = exp.shared.clone();
             let stop = exp.stop.try_clone().map_err(os("eventfd"))?;
             let t = std::thread::Builder::new()
                 .name(format!("cxl-fault{i}"))
-                .spawn(move || serve(weak, &uffd, &stop))
+                .spawn(move || serve(&shared, &stop))
                 .map_err(os("spawn fault thread"))?;
             lock(&exp.threads).push(t);
         }
         Ok(exp)
     }
 
+    /// Stops and joins the fault threads. Touching the DPA space afterwards
+    /// hangs the toucher: only for teardown.
+    fn stop_threads(&self) {
+        let _ = self.stop.write(1);
+        let threads = std::mem::take(&mut *lock(&self.threads));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Shared {
     /// Start of the DPA space in this process: what the VMM maps as a memslot.
     pub fn host_addr(&self) -> u64 {
         self.map.addr as u64
@@ -696,20 +733,6 @@ impl Expander {
         debug_assert_eq!(cleared, (start, end));
         Ok(())
     }
-
-    /// Stops the fault threads (dropping the expander does too). Touching
-    /// the DPA space afterwards hangs the toucher: only for teardown.
-    fn stop_threads(&self) {
-        let _ = self.stop.write(1);
-        let threads = std::mem::take(&mut *lock(&self.threads));
-        let me = std::thread::current().id();
-        for t in threads {
-            // The last owner may be a fault thread; it must not join itself.
-            if t.thread().id() != me {
-                let _ = t.join();
-            }
-        }
-    }
 }
 
 impl Drop for Expander {
@@ -725,7 +748,8 @@ const SPIN_AFTER_FAULT: Duration = Duration::from_micros(20);
 
 /// Fault thread: waits on the uffd (EPOLLEXCLUSIVE, so one fault wakes one
 /// thread) and on the stop eventfd; serves faults while the expander lives.
-fn serve(exp: std::sync::Weak<Expander>, uffd: &Uffd, stop: &EventFd) {
+fn serve(exp: &Shared, stop: &EventFd) {
+    let uffd = &*exp.uffd;
     use std::os::fd::AsRawFd;
     use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
     const FAULT: u64 = 0;
@@ -770,10 +794,7 @@ fn serve(exp: std::sync::Weak<Expander>, uffd: &Uffd, stop: &EventFd) {
         loop {
             match uffd.read_fault() {
                 Ok(Some(f)) => {
-                    match exp.upgrade() {
-                        Some(x) => x.handle(f, &mut buf, &mut vbuf),
-                        None => return,
-                    }
+                    exp.handle(f, &mut buf, &mut vbuf);
                     idle = std::time::Instant::now();
                 }
                 Ok(None) if idle.elapsed() < SPIN_AFTER_FAULT => std::hint::spin_loop(),

@@ -1,0 +1,401 @@
+//! Host tests of the expander's memory half: host threads stand in for vCPUs
+//! by touching the uffd-backed DPA space directly.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cxl_t3::cache::BLOCK;
+use cxl_t3::expander::{CxlMedium, Expander, ExpanderConfig, ExpanderError};
+use cxl_t3::media::{MediaError, HEADER_LEN};
+use pmo_virtio::medium::Medium;
+
+const KEY256: [u8; 64] = [0x3c; 64];
+const KEY128: [u8; 32] = [0xa5; 32];
+
+fn tmp(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("cxl-it-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+fn config(media: PathBuf, size: u64, cache_blocks: u64, ways: usize) -> ExpanderConfig {
+    ExpanderConfig {
+        media,
+        size,
+        cache_bytes: cache_blocks * BLOCK,
+        ways,
+        media_latency_ns: 0,
+    }
+}
+
+/// Writes `data` at DPA `dpa` through the mapping, as a guest would.
+fn poke(x: &Expander, dpa: u64, data: &[u8]) {
+    assert!(dpa + data.len() as u64 <= x.size());
+    // SAFETY (test): inside the DPA mapping; faults are served by the expander.
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.as_ptr(), (x.host_addr() + dpa) as *mut u8, data.len())
+    }
+}
+
+/// Reads through the mapping.
+fn peek(x: &Expander, dpa: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    // SAFETY (test): as in `poke`.
+    unsafe {
+        std::ptr::copy_nonoverlapping((x.host_addr() + dpa) as *const u8, v.as_mut_ptr(), len)
+    }
+    v
+}
+
+fn count(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len()).filter(|w| *w == needle).count()
+}
+
+#[test]
+fn keyed_ranges_never_reach_media_in_plaintext() {
+    for key in [&KEY256[..], &KEY128[..]] {
+        let path = tmp(&format!("plain{}", key.len()));
+        // 4 MiB device, 32-block cache: the writes below also evict.
+        let x = Expander::open(&config(path.clone(), 4 << 20, 32, 8)).unwrap();
+        x.set_range_key(1, 0, 1 << 20, key).unwrap();
+        let secret = b"SECRET-MARKER-keyed-range-0123456789";
+        let control = b"CONTROL-MARKER-open-range-987654321";
+        // Host threads write through the mapping: 64 keyed blocks, 64 unkeyed.
+        std::thread::scope(|s| {
+            for t in 0..2u64 {
+                let x = &x;
+                s.spawn(move || {
+                    for i in 0..32u64 {
+                        let b = t * 32 + i;
+                        poke(x, b * BLOCK + 100, secret);
+                        poke(x, (1 << 20) + b * BLOCK + 100, control);
+                    }
+                });
+            }
+        });
+        // And through the PMO medium.
+        let m = CxlMedium::new(x.clone());
+        m.write(200 * 1024 + 7, secret).unwrap();
+        m.write((1 << 20) + 200 * 1024 + 7, control).unwrap();
+        m.persist(0, 4 << 20).unwrap();
+        assert!(x.stats().evictions > 0, "the writes must also evict");
+        x.flush().unwrap();
+        let raw = std::fs::read(&path).unwrap();
+        assert_eq!(count(&raw, secret), 0, "keyed plaintext reached the media");
+        assert_eq!(count(&raw, control), 65, "unkeyed control is plain");
+        // Through the cache the keyed range still reads as plaintext.
+        assert_eq!(peek(&x, 5 * BLOCK + 100, secret.len()), secret);
+        let mut b = vec![0u8; secret.len()];
+        m.read(200 * 1024 + 7, &mut b).unwrap();
+        assert_eq!(b, secret);
+        x.shutdown().unwrap();
+        drop(m);
+        drop(x);
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+#[test]
+fn cleared_key_reads_as_ciphertext_and_the_key_brings_it_back() {
+    let path = tmp("clear");
+    let x = Expander::open(&config(path.clone(), 2 << 20, 64, 8)).unwrap();
+    x.set_range_key(9, BLOCK, 9 * BLOCK, &KEY256).unwrap();
+    let marker = b"cleared-key-marker-ABCDEFGHIJ";
+    for b in 1..9 {
+        poke(&x, b * BLOCK, marker);
+    }
+    // An unwritten block of the range reads as zeros while keyed.
+    x.write(8 * BLOCK + 2048, &[0u8; 16]).unwrap();
+    x.clear_range_key(9).unwrap();
+    for b in 1..9 {
+        let mut got = vec![0u8; marker.len()];
+        x.read(b * BLOCK, &mut got).unwrap();
+        assert_ne!(got, marker, "block {b} must read as ciphertext");
+        assert_ne!(got, vec![0u8; marker.len()]);
+        // Through the mapping too.
+        assert_ne!(peek(&x, b * BLOCK, marker.len()), marker);
+    }
+    assert!(matches!(
+        x.clear_range_key(9),
+        Err(ExpanderError::Tee(cxl_t3::tee::TeeError::NoSuchId(9)))
+    ));
+    // Programming the same key again makes the range plaintext again.
+    x.set_range_key(10, BLOCK, 9 * BLOCK, &KEY256).unwrap();
+    for b in 1..9 {
+        assert_eq!(peek(&x, b * BLOCK, marker.len()), marker);
+    }
+    // Overlaps and a key for the other algorithm are refused.
+    assert!(matches!(
+        x.set_range_key(11, 0, 2 * BLOCK, &KEY256),
+        Err(ExpanderError::Tee(cxl_t3::tee::TeeError::Overlap { .. }))
+    ));
+    assert!(matches!(
+        x.set_range_key(11, 20 * BLOCK, 30 * BLOCK, &KEY128),
+        Err(ExpanderError::Tee(
+            cxl_t3::tee::TeeError::AlgorithmMismatch(_)
+        ))
+    ));
+    x.shutdown().unwrap();
+    drop(x);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn data_survives_close_and_reopen() {
+    let path = tmp("reopen");
+    let cfg = config(path.clone(), 8 << 20, 16, 4);
+    let x = Expander::open(&cfg).unwrap();
+    x.set_range_key(1, 4 << 20, 8 << 20, &KEY128).unwrap();
+    for b in (0..2048u64).step_by(37) {
+        poke(&x, b * BLOCK + (b % 4000), &b.to_le_bytes());
+    }
+    x.shutdown().unwrap();
+    x.shutdown().unwrap(); // idempotent
+    drop(x);
+    let x = Expander::open(&cfg).unwrap();
+    assert_eq!(x.dirty_shutdown_count(), 0);
+    x.set_range_key(1, 4 << 20, 8 << 20, &KEY128).unwrap();
+    for b in (0..2048u64).step_by(37) {
+        assert_eq!(
+            peek(&x, b * BLOCK + (b % 4000), 8),
+            b.to_le_bytes(),
+            "block {b}"
+        );
+    }
+    drop(x);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn dirty_shutdown_counted_on_drop_without_shutdown_only() {
+    let path = tmp("dsc");
+    let cfg = config(path.clone(), 1 << 20, 16, 8);
+    let x = Expander::open(&cfg).unwrap();
+    poke(&x, 0, b"x");
+    drop(x); // no GPF
+    let x = Expander::open(&cfg).unwrap();
+    assert_eq!(x.dirty_shutdown_count(), 1);
+    x.shutdown().unwrap();
+    drop(x);
+    let x = Expander::open(&cfg).unwrap();
+    assert_eq!(x.dirty_shutdown_count(), 1);
+    // A write after a clean shutdown makes the run live again.
+    x.shutdown().unwrap();
+    poke(&x, BLOCK, b"y");
+    drop(x);
+    let x = Expander::open(&cfg).unwrap();
+    assert_eq!(x.dirty_shutdown_count(), 2);
+    drop(x);
+    let _ = std::fs::remove_file(&path);
+}
+
+/// The child half of `dirty_shutdown_counted_when_the_process_is_killed`.
+fn killed_child(path: &str) -> ! {
+    let x = Expander::open(&config(path.into(), 1 << 20, 16, 8)).unwrap();
+    poke(&x, 0, b"doomed");
+    // SAFETY (test): kills this process, as a crashing VMM would die.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    unreachable!("SIGKILL returned");
+}
+
+#[test]
+fn dirty_shutdown_counted_when_the_process_is_killed() {
+    if let Ok(p) = std::env::var("CXL_KILLED_CHILD_MEDIA") {
+        killed_child(&p);
+    }
+    let path = tmp("killed");
+    let cfg = config(path.clone(), 1 << 20, 16, 8);
+    // A clean run first.
+    Expander::open(&cfg).unwrap().shutdown().unwrap();
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "dirty_shutdown_counted_when_the_process_is_killed",
+            "--test-threads=1",
+        ])
+        .env("CXL_KILLED_CHILD_MEDIA", &path)
+        .status()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    let x = Expander::open(&cfg).unwrap();
+    assert_eq!(x.dirty_shutdown_count(), 1);
+    drop(x);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn foreign_or_corrupt_media_is_refused() {
+    let path = tmp("corrupt");
+    let cfg = config(path.clone(), 1 << 20, 16, 8);
+    Expander::open(&cfg).unwrap().shutdown().unwrap();
+    let mut raw = std::fs::read(&path).unwrap();
+    raw[17] ^= 0x40; // inside the size field: checksum no longer matches
+    std::fs::write(&path, &raw).unwrap();
+    assert!(matches!(
+        Expander::open(&cfg),
+        Err(ExpanderError::Media(MediaError::Corrupt))
+    ));
+    raw[0] = b'X';
+    std::fs::write(&path, &raw).unwrap();
+    assert!(matches!(
+        Expander::open(&cfg),
+        Err(ExpanderError::Media(MediaError::Foreign))
+    ));
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Host threads write patterns over 4x the cache, in shared blocks, so
+/// evictions race with writes; every byte must survive.
+#[test]
+fn evictions_under_concurrent_writers_keep_every_byte() {
+    const THREADS: u64 = 4;
+    const CACHE: u64 = 32;
+    const BLOCKS: u64 = 4 * CACHE;
+    const ROUNDS: u64 = 6;
+    let path = tmp("evict");
+    // Media latency widens the window between copying a victim out and dropping it.
+    let mut cfg = config(path.clone(), BLOCKS * BLOCK, CACHE, 8);
+    cfg.media_latency_ns = 30_000;
+    let x = Expander::open(&cfg).unwrap();
+    x.set_range_key(1, 0, BLOCKS / 2 * BLOCK, &KEY256).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let x = &x;
+            s.spawn(move || {
+                for r in 0..ROUNDS {
+                    // Each thread owns one u64 slot per 512-byte line of every block.
+                    for i in 0..BLOCKS {
+                        let b = (i * 7 + t * 13 + r) % BLOCKS;
+                        for line in 0..8u64 {
+                            let v = (r << 48) | (t << 40) | (b << 8) | line;
+                            poke(x, b * BLOCK + line * 512 + t * 8, &v.to_le_bytes());
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let check = |x: &Expander| {
+        for b in 0..BLOCKS {
+            for t in 0..THREADS {
+                for line in 0..8u64 {
+                    let want = ((ROUNDS - 1) << 48) | (t << 40) | (b << 8) | line;
+                    let got = peek(x, b * BLOCK + line * 512 + t * 8, 8);
+                    assert_eq!(got, want.to_le_bytes(), "block {b} thread {t} line {line}");
+                }
+            }
+        }
+    };
+    check(&x);
+    let st = x.stats();
+    assert!(st.evictions >= BLOCKS, "{st:?}");
+    assert!(st.writebacks > 0);
+    x.shutdown().unwrap();
+    drop(x);
+    let x = Expander::open(&config(path.clone(), BLOCKS * BLOCK, CACHE, 8)).unwrap();
+    x.set_range_key(1, 0, BLOCKS / 2 * BLOCK, &KEY256).unwrap();
+    check(&x);
+    // The unkeyed half is on media as written.
+    let raw = std::fs::read(&path).unwrap();
+    let b = BLOCKS - 1;
+    let off = (HEADER_LEN + b * BLOCK) as usize;
+    let want = ((ROUNDS - 1) << 48) | (b << 8);
+    assert_eq!(raw[off..off + 8], want.to_le_bytes());
+    drop(x);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn pmo_store_on_a_keyed_cxl_medium() {
+    use pmo_virtio::crypto::{UserKey, PAGE};
+    use pmo_virtio::store::{Perm, Store, StoreOptions};
+    let name = "cxl-name-marker-7c1d";
+    for keyed in [false, true] {
+        let path = tmp(&format!("store{keyed}"));
+        let size = 16 << 20;
+        let x = Expander::open(&config(path.clone(), size, 64, 8)).unwrap();
+        if keyed {
+            x.set_range_key(1, 0, size, &KEY256).unwrap();
+        }
+        let m: Arc<dyn Medium> = Arc::new(CxlMedium::new(x.clone()));
+        let s = Store::create(m, StoreOptions { slots: 16 }).unwrap();
+        let k = UserKey::new(b"user key").unwrap();
+        s.create_pmo(name, 8 * PAGE as u64, &k).unwrap();
+        let sess = s.attach(name, Perm::Write, &k).unwrap();
+        let mut page = [0u8; PAGE];
+        page[..12].copy_from_slice(b"page payload");
+        sess.psync([(3, &page)]).unwrap();
+        sess.detach().wait().unwrap();
+        drop(s);
+        x.flush().unwrap();
+        let raw = std::fs::read(&path).unwrap();
+        let found = count(&raw, name.as_bytes());
+        if keyed {
+            assert_eq!(found, 0, "the PMO name reached keyed media in plaintext");
+        } else {
+            assert!(found > 0, "control: unkeyed media holds the name");
+        }
+        x.shutdown().unwrap();
+        drop(x);
+        // Reopen the device and the store; the PMO reads back.
+        let x = Expander::open(&config(path.clone(), size, 64, 8)).unwrap();
+        if keyed {
+            x.set_range_key(1, 0, size, &KEY256).unwrap();
+        }
+        let m: Arc<dyn Medium> = Arc::new(CxlMedium::new(x.clone()));
+        let (s, _) = Store::open(m).unwrap();
+        let r = s.attach(name, Perm::Read, &k).unwrap();
+        let mut out = [0u8; PAGE];
+        r.fault(3, &mut out).unwrap();
+        assert_eq!(out, page);
+        drop(r);
+        drop(s);
+        x.shutdown().unwrap();
+        drop(x);
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+/// A writer streams into blocks that another thread keeps evicting (one
+/// 2-way set): a write that lands between copying a victim out and
+/// dropping it would be lost unless the victim is write-protected first.
+#[test]
+fn writes_racing_evictions_are_not_lost() {
+    const WBLOCKS: u64 = 32;
+    let path = tmp("race");
+    let mut cfg = config(path.clone(), 64 * BLOCK, 2, 2);
+    cfg.media_latency_ns = 30_000;
+    let x = Expander::open(&cfg).unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let (x, done) = (&x, &done);
+        s.spawn(move || {
+            let mut b = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = peek(x, (WBLOCKS + b % 16) * BLOCK, 1);
+                b += 1;
+            }
+        });
+        s.spawn(move || {
+            for slot in 0..WBLOCKS * BLOCK / 8 {
+                poke(x, slot * 8, &(slot + 1).to_le_bytes());
+                // Slow enough that blocks are evicted while being written.
+                for _ in 0..200 {
+                    std::hint::spin_loop();
+                }
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+    });
+    assert!(x.stats().evictions > WBLOCKS);
+    let mut lost = 0;
+    for slot in 0..WBLOCKS * BLOCK / 8 {
+        if peek(&x, slot * 8, 8) != (slot + 1).to_le_bytes() {
+            lost += 1;
+        }
+    }
+    assert_eq!(lost, 0, "writes lost under eviction");
+    drop(x);
+    let _ = std::fs::remove_file(&path);
+}
