@@ -271,7 +271,10 @@ static struct bench_root *load_root(unsigned char *base, struct wl_params *p,
 	errno = 0;
 	r = p_get_root(base);
 	if (!r) {
-		*why = errno ? "cannot read the heap root" : "no run in this PMO";
+		/* p_get_root: 0 = heap without root, EINVAL = no heap, EBADMSG = broken heap. */
+		*why = errno == 0 || errno == EINVAL ? "no pmo_bench run in this PMO" :
+		       errno == EBADMSG ? "its heap header is corrupted" :
+		       "cannot read the heap root";
 		return NULL;
 	}
 	roff = p_off(base, r);
@@ -485,8 +488,12 @@ static int cmd_run(const struct opts *o)
 	if (!sh.base)
 		die("attach %s: %s", o->name, strerror(errno));
 	t0 = now_ns();
+	/*
+	 * A fresh PMO is zero-filled: no heap yet (EINVAL; the first p_malloc
+	 * formats it), or a heap without a root.  Anything else must be a run.
+	 */
 	errno = 0;
-	if (!p_get_root(sh.base) && errno == 0) {
+	if (!p_get_root(sh.base) && (errno == 0 || errno == EINVAL)) {
 		if (setup(&sh, &r) < 0)
 			die("%s", sh.err);
 	} else {
