@@ -1,0 +1,194 @@
+//! The papers' microbenchmarks (`pmo_bench`, docs/workloads.md) run in the guest on PMOs.
+//!
+//! One test host boot, two VMM processes on one store:
+//! 1. VM "wl" (2 vCPUs) runs 2dConv, Gauss, LU and TMM with 1 and 2 threads, each psyncing
+//!    several times and detaching/re-attaching mid-run; every result must equal the guest's
+//!    plain-memory reference. A partial Gauss run stops at a psync, changes its data once more
+//!    without psync and exits without detaching. A PMO of junk must be refused.
+//! 2. VM "wl-restart", a new VMM process, verifies every PMO again, finds the partial run at its
+//!    last psync, resumes it to the end and checks the result.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use pmo_integration::{run_vms, Env, VmOutcome, VmSpec};
+
+const STORE_SIZE: u64 = 256 << 20;
+const WORKLOADS: [&str; 4] = ["2dconv", "gauss", "lu", "tmm"];
+/// Side of gauss, lu and tmm (the scenario's default), and where the partial run stops.
+const N: u64 = 64;
+const STOP: u64 = 24;
+
+fn group() -> &'static Vec<VmOutcome> {
+    static GROUP: OnceLock<Result<Vec<VmOutcome>, String>> = OnceLock::new();
+    let g = GROUP.get_or_init(|| {
+        let env = Env::from_env();
+        let dir = env
+            .work_dir("vm-pmo-workloads")
+            .map_err(|e| e.to_string())?;
+        let store = dir.join("store.img");
+        let _ = std::fs::remove_file(&store);
+        run_vms(&[
+            VmSpec::new("wl")
+                .cpus(2)
+                .scenarios(["pmo_workloads"])
+                .param("wl_n", N.to_string())
+                .param("wl_stop", STOP.to_string())
+                .pmo_store(&store, STORE_SIZE)
+                .timeout(Duration::from_secs(400)),
+            VmSpec::new("wl-restart")
+                .cpus(2)
+                .scenarios(["pmo_workloads_check"])
+                .param("wl_n", N.to_string())
+                .pmo_store(&store, STORE_SIZE)
+                .timeout(Duration::from_secs(300)),
+        ])
+        .map_err(|e| e.to_string())
+    });
+    match g {
+        Ok(g) => g,
+        Err(e) => panic!("VM run failed: {e}"),
+    }
+}
+
+/// The value of `key=` in a `PMOBENCH` line, or a panic with the guest's report.
+#[track_caller]
+fn field<'a>(vm: &VmOutcome, detail: &'a str, key: &str) -> &'a str {
+    let prefix = format!("{key}=");
+    match detail
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(prefix.as_str()))
+    {
+        Some(v) => v,
+        None => panic!(
+            "{}",
+            vm.report(&format!("no {key}= in the guest's line {detail:?}"))
+        ),
+    }
+}
+
+#[track_caller]
+fn num(vm: &VmOutcome, detail: &str, key: &str) -> u64 {
+    let v = field(vm, detail, key);
+    v.parse().unwrap_or_else(|_| {
+        panic!(
+            "{}",
+            vm.report(&format!("{key}={v} is not a number in {detail:?}"))
+        )
+    })
+}
+
+/// What the guest's plain-memory reference says for workload `w` in VM "wl".
+fn reference(vm: &VmOutcome, w: &str) -> String {
+    let d = vm.assert_ok(&format!("pmo_workloads.{w}.ref"));
+    field(vm, d, "checksum").to_string()
+}
+
+#[test]
+fn every_workload_matches_plain_memory_with_1_and_2_threads() {
+    let vm = &group()[0];
+    vm.assert_all_ok(&["pmo_workloads"]);
+    vm.assert_exit(0);
+    for w in WORKLOADS {
+        let want = reference(vm, w);
+        assert_eq!(want.len(), 16, "checksum {want:?} is not 64-bit hex");
+        for t in [1u64, 2] {
+            let d = vm.assert_ok(&format!("pmo_workloads.{w}.t{t}.run"));
+            assert!(d.starts_with("PMOBENCH "), "{}", vm.report(d));
+            assert_eq!(field(vm, d, "workload"), w);
+            assert_eq!(num(vm, d, "threads"), t);
+            assert_eq!(field(vm, d, "checksum"), want, "{w} t{t}: {d}");
+            assert_eq!(num(vm, d, "start"), 0, "{w} t{t}: {d}");
+            assert_eq!(num(vm, d, "done"), num(vm, d, "iters"), "{w} t{t}: {d}");
+            let v = vm.assert_ok(&format!("pmo_workloads.{w}.t{t}.verify"));
+            assert_eq!(field(vm, v, "match"), "yes", "{w} t{t}: {v}");
+            assert_eq!(field(vm, v, "checksum"), want, "{w} t{t}: {v}");
+            assert_eq!(field(vm, v, "reference"), want, "{w} t{t}: {v}");
+        }
+    }
+}
+
+#[test]
+fn runs_psync_several_times_and_reattach_mid_run() {
+    let vm = &group()[0];
+    for w in WORKLOADS {
+        for t in [1u64, 2] {
+            let d = vm.assert_ok(&format!("pmo_workloads.{w}.t{t}.run"));
+            let (psyncs, detaches) = (num(vm, d, "psyncs"), num(vm, d, "detaches"));
+            // Session size 2: a detach after every 2nd psync that is not the last, plus the
+            // final detach.
+            assert!(psyncs >= 3, "{w} t{t}: only {psyncs} psyncs: {d}");
+            assert_eq!(num(vm, d, "session"), 2, "{d}");
+            assert_eq!(detaches, (psyncs - 1) / 2 + 1, "{w} t{t}: {d}");
+            assert!(num(vm, d, "faults") > 0, "{w} t{t}: no host faults: {d}");
+            // The parts are measured inside the total.
+            let parts = [
+                "attach_ns",
+                "setup_ns",
+                "compute_ns",
+                "psync_ns",
+                "detach_ns",
+            ]
+            .iter()
+            .map(|k| num(vm, d, k))
+            .sum::<u64>();
+            assert!(parts <= num(vm, d, "total_ns"), "{w} t{t}: {d}");
+        }
+    }
+}
+
+#[test]
+fn results_persist_across_a_vmm_restart() {
+    let (first, second) = (&group()[0], &group()[1]);
+    second.assert_all_ok(&["pmo_workloads_check"]);
+    second.assert_exit(0);
+    for w in WORKLOADS {
+        let want = reference(first, w);
+        for t in [1, 2] {
+            let v = second.assert_ok(&format!("pmo_workloads_check.{w}.t{t}.verify"));
+            assert_eq!(field(second, v, "match"), "yes", "{w} t{t}: {v}");
+            assert_eq!(field(second, v, "checksum"), want, "{w} t{t}: {v}");
+            assert_eq!(
+                num(second, v, "done"),
+                num(second, v, "iters"),
+                "{w} t{t}: {v}"
+            );
+        }
+    }
+}
+
+#[test]
+fn partial_run_stays_at_its_last_psync_and_resumes_after_restart() {
+    let (first, second) = (&group()[0], &group()[1]);
+    let want = field(first, first.assert_ok("pmo_workloads.part.ref"), "checksum").to_string();
+    let scribble = first.assert_ok("pmo_workloads.part.stop");
+    assert!(
+        scribble.contains("PMOBENCH-SCRIBBLE") && num(first, scribble, "done") == STOP,
+        "{}",
+        first.report(scribble)
+    );
+    // Same boot: the writes after the last psync died with the process.
+    let v = first.assert_ok("pmo_workloads.part.verify");
+    assert_eq!(num(first, v, "done"), STOP, "{v}");
+    assert_eq!(field(first, v, "match"), "yes", "{v}");
+    // New VMM process: still there, then resumed from it.
+    let v = second.assert_ok("pmo_workloads_check.part.verify");
+    assert_eq!(num(second, v, "done"), STOP, "{v}");
+    assert_eq!(field(second, v, "match"), "yes", "{v}");
+    let r = second.assert_ok("pmo_workloads_check.part.resume");
+    assert_eq!(num(second, r, "start"), STOP, "{r}");
+    assert_eq!(num(second, r, "done"), N, "{r}");
+    assert_eq!(field(second, r, "checksum"), want, "{r}");
+    let f = second.assert_ok("pmo_workloads_check.part.final");
+    assert_eq!(field(second, f, "match"), "yes", "{f}");
+    assert_eq!(num(second, f, "done"), N, "{f}");
+    let again = second.assert_ok("pmo_workloads_check.part.again");
+    assert!(again.contains("finished run"), "{again}");
+}
+
+#[test]
+fn verify_refuses_a_pmo_that_is_not_a_run() {
+    let vm = &group()[0];
+    let d = vm.assert_ok("pmo_workloads.junk");
+    assert!(d.starts_with("exit 1: pmo_bench: PMO wl-junk:"), "{d}");
+}
