@@ -189,41 +189,6 @@ fn dirty_shutdown_counted_on_drop_without_shutdown_only() {
     let _ = std::fs::remove_file(&path);
 }
 
-/// The child half of `dirty_shutdown_counted_when_the_process_is_killed`.
-fn killed_child(path: &str) -> ! {
-    let x = Expander::open(&config(path.into(), 1 << 20, 16, 8)).unwrap();
-    poke(&x, 0, b"doomed");
-    // SAFETY (test): kills this process, as a crashing VMM would die.
-    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-    unreachable!("SIGKILL returned");
-}
-
-#[test]
-fn dirty_shutdown_counted_when_the_process_is_killed() {
-    if let Ok(p) = std::env::var("CXL_KILLED_CHILD_MEDIA") {
-        killed_child(&p);
-    }
-    let path = tmp("killed");
-    let cfg = config(path.clone(), 1 << 20, 16, 8);
-    // A clean run first.
-    Expander::open(&cfg).unwrap().shutdown().unwrap();
-    let status = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "dirty_shutdown_counted_when_the_process_is_killed",
-            "--test-threads=1",
-        ])
-        .env("CXL_KILLED_CHILD_MEDIA", &path)
-        .status()
-        .unwrap();
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(status.signal(), Some(libc::SIGKILL));
-    let x = Expander::open(&cfg).unwrap();
-    assert_eq!(x.dirty_shutdown_count(), 1);
-    drop(x);
-    let _ = std::fs::remove_file(&path);
-}
-
 #[test]
 fn foreign_or_corrupt_media_is_refused() {
     let path = tmp("corrupt");
