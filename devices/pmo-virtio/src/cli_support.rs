@@ -26,7 +26,7 @@ pub enum CliError {
     #[error("unknown design {0:?} (wedi, bp-ip, bp-id, sp-ip, sp-id, d)")]
     BadDesign(String),
     /// Unknown suite name.
-    #[error("unknown suite {0:?} (xts-blake3, paper, aes-gcm)")]
+    #[error("unknown suite {0:?} (xts-blake3, paper, aes-gcm, xts-nomac-bench)")]
     BadSuite(String),
     /// The key file could not be read or is empty.
     #[error("key file {path}: {why}")]

@@ -11,6 +11,10 @@
 //! - [`Suite::Paper`]: what the authors' kernel does: AES-XTS-256 with one per-PMO tweak for every
 //!   page and an unkeyed SHA-256 of the ciphertext. Kept only so benches and tests can compare.
 //! - [`Suite::AesGcm`]: AES-256-GCM (ring), nonce = (page, version), AAD = (uid, page, version).
+//! - [`Suite::XtsNoMacBench`]: **benchmark only, no page integrity**: `xts-blake3`'s encryption
+//!   with an all-zero tag, so faults skip the MAC and a tampered page decrypts to garbage instead
+//!   of being refused. It exists so the design comparison (issue 5) can measure "without
+//!   integrity"; the version tree and root MAC stay. Never use it for data you care about.
 
 pub mod xts;
 
@@ -64,6 +68,9 @@ pub enum Suite {
     Paper,
     /// AES-256-GCM with a (page, version) nonce.
     AesGcm,
+    /// Benchmark only: XTS encryption as `XtsBlake3` but no page MAC (all-zero tags, never
+    /// checked), to measure the designs "without integrity". Offers no tamper detection.
+    XtsNoMacBench,
 }
 
 impl Suite {
@@ -73,6 +80,7 @@ impl Suite {
             Suite::XtsBlake3 => 1,
             Suite::Paper => 2,
             Suite::AesGcm => 3,
+            Suite::XtsNoMacBench => 4,
         }
     }
     /// Parses the on-media number.
@@ -81,6 +89,7 @@ impl Suite {
             1 => Ok(Suite::XtsBlake3),
             2 => Ok(Suite::Paper),
             3 => Ok(Suite::AesGcm),
+            4 => Ok(Suite::XtsNoMacBench),
             _ => Err(CryptoError::UnknownSuite(c.to_string())),
         }
     }
@@ -90,6 +99,7 @@ impl Suite {
             Suite::XtsBlake3 => "xts-blake3",
             Suite::Paper => "paper",
             Suite::AesGcm => "aes-gcm",
+            Suite::XtsNoMacBench => "xts-nomac-bench",
         }
     }
     /// Parses a command-line name.
@@ -98,6 +108,7 @@ impl Suite {
             "xts-blake3" => Ok(Suite::XtsBlake3),
             "paper" => Ok(Suite::Paper),
             "aes-gcm" => Ok(Suite::AesGcm),
+            "xts-nomac-bench" => Ok(Suite::XtsNoMacBench),
             _ => Err(CryptoError::UnknownSuite(s.to_string())),
         }
     }
@@ -220,7 +231,7 @@ impl PmoKeys {
         expand(&hk, b"pmovmm v1 mac", &mut mac_key[..])?;
         expand(&hk, b"pmovmm v1 key check", &mut kcv)?;
         let cipher = match params.suite {
-            Suite::XtsBlake3 | Suite::Paper => {
+            Suite::XtsBlake3 | Suite::Paper | Suite::XtsNoMacBench => {
                 expand(&hk, b"pmovmm v1 xts", &mut xts_key[..])?;
                 PageCipher::Xts(Box::new(XtsCipher::new(&xts_key)))
             }
@@ -287,6 +298,8 @@ impl PmoKeys {
                 h.update(ct);
                 h.finalize().into()
             }
+            // No integrity: the stored tag is zero and so is the recomputed one.
+            Suite::XtsNoMacBench => [0u8; TAG_LEN],
             _ => {
                 // Ciphertext first: chunk-aligned input lets BLAKE3 hash its four 1 KiB chunks in
                 // parallel SIMD lanes; the fixed-size binding follows.
@@ -447,7 +460,12 @@ mod tests {
 
     #[test]
     fn round_trip_every_suite() {
-        for s in [Suite::XtsBlake3, Suite::Paper, Suite::AesGcm] {
+        for s in [
+            Suite::XtsBlake3,
+            Suite::Paper,
+            Suite::AesGcm,
+            Suite::XtsNoMacBench,
+        ] {
             let k = keys(s);
             let id = PageId {
                 uid: k.params.uid,
@@ -573,6 +591,29 @@ mod tests {
             let forged = paper_checksum(&p); // attacker recomputes the only hash it can
             assert_eq!(k.open_page(id, &mut p, &forged).is_ok(), must_pass);
         }
+    }
+
+    #[test]
+    fn nomac_bench_suite_encrypts_but_does_not_detect_tampering() {
+        let k = keys(Suite::XtsNoMacBench);
+        assert_eq!(
+            Suite::from_name("xts-nomac-bench").unwrap(),
+            Suite::XtsNoMacBench
+        );
+        assert_eq!(Suite::from_code(4).unwrap(), Suite::XtsNoMacBench);
+        let id = PageId {
+            uid: k.params.uid,
+            page: 1,
+            version: 2,
+        };
+        let mut page = [0x33u8; PAGE];
+        let tag = k.seal_page(id, &mut page).unwrap();
+        assert_eq!(tag, [0u8; TAG_LEN]);
+        assert_ne!(page, [0x33u8; PAGE], "still encrypted");
+        page[100] ^= 1;
+        // Benchmark-only: the flipped bit is not detected, the page decrypts to other bytes.
+        k.open_page(id, &mut page, &tag).unwrap();
+        assert_ne!(page, [0x33u8; PAGE]);
     }
 
     #[test]
