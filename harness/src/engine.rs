@@ -1,0 +1,567 @@
+//! Runs one cell of the comparison matrix (workload × design × integrity × threads) through the
+//! real store and pager, and the same workload in plain memory for the compute baseline.
+//!
+//! A run follows docs/workloads.md: iterations; a psync after every `cadence` iterations (and
+//! after the last); a detach and re-attach after every `session` psyncs. The pieces are timed the
+//! way the papers break time down (seed 000 Fig. 6, seed 002 Fig. 6):
+//! - **attach**: `Store::attach_with` + the pager slice + the predictor (for `wedi` this
+//!   decrypts and verifies the whole PMO);
+//! - **attach stall**: waiting for the previous session's background detach to finish before the
+//!   next attach (and, at the end, for the last one);
+//! - **workload**: the iterations on the pager's window, host threads playing vCPUs (compute
+//!   plus every page fault they take);
+//! - **psync**: collecting the dirty pages from the window and `Session::psync`;
+//! - **detach**: the pager detach plus the nonblocking `Session::detach` call.
+//!
+//! After the run, the PMO is read back through a fresh session (not timed) and its checksum
+//! compared with the plain-memory run's: a pager or store that lost or mixed up a page fails
+//! the cell loudly.
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use pmo_virtio::crypto::{Suite, UserKey, PAGE};
+use pmo_virtio::medium::{FileMedium, Medium, PmTiming, TimedMedium};
+use pmo_virtio::pager::{FillError, PageSource, Pager, PagerError, SliceStats};
+use pmo_virtio::store::{
+    CreateOptions, Design, DetachHandle, Perm, Session, Store, StoreError, StoreOptions,
+};
+
+use crate::workloads::{PlainMem, Workload, WorkloadError};
+
+/// Errors of a harness run.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    #[error("pager: {0}")]
+    Pager(#[from] PagerError),
+    #[error("workload: {0}")]
+    Workload(#[from] WorkloadError),
+    #[error("predictor: {0}")]
+    Policy(#[from] pmo_policies::PolicyError),
+    #[error("medium: {0}")]
+    Medium(#[from] pmo_virtio::medium::MediumError),
+    #[error("temp dir: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(
+        "{workload}/{design}: checksum {got:016x} differs from the plain-memory run's {want:016x}"
+    )]
+    Mismatch {
+        workload: &'static str,
+        design: String,
+        got: u64,
+        want: u64,
+    },
+    #[error("PMO of {0} bytes does not fit the address space")]
+    TooLarge(usize),
+}
+
+/// A design of the comparison: a store design plus, for LPMO's `dN` and `adaptive`, a predictor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesignSpec {
+    /// Label in tables: `wedi`, `sp-id` (the papers' O), `d`, `d2`, `d4`, `d8`, `adaptive`.
+    pub label: &'static str,
+    pub design: Design,
+    /// Spec for `pmo_policies::predictor_from_name`, none for no prediction.
+    pub predictor: Option<&'static str>,
+}
+
+/// The designs the issue compares, in table order.
+pub fn design_specs() -> Vec<DesignSpec> {
+    let d = |label, predictor| DesignSpec {
+        label,
+        design: Design::D,
+        predictor,
+    };
+    vec![
+        DesignSpec {
+            label: "wedi",
+            design: Design::Wedi,
+            predictor: None,
+        },
+        DesignSpec {
+            label: "sp-id",
+            design: Design::SpId,
+            predictor: None,
+        },
+        d("d", None),
+        d("d2", Some("stream:2")),
+        d("d4", Some("stream:4")),
+        d("d8", Some("stream:8")),
+        d("adaptive", Some("adaptive")),
+    ]
+}
+
+/// How a run is driven.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunParams {
+    /// Host threads touching the window (the vCPUs).
+    pub threads: usize,
+    /// Iterations between psyncs.
+    pub cadence: u64,
+    /// Psyncs per attach session (0: never detach until the end).
+    pub session: u64,
+}
+
+/// Time of one run by component, in nanoseconds, plus counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Breakdown {
+    pub attach_ns: u64,
+    pub stall_ns: u64,
+    pub workload_ns: u64,
+    pub psync_ns: u64,
+    pub detach_ns: u64,
+    pub sessions: u64,
+    pub psyncs: u64,
+    pub psync_pages: u64,
+    /// Demand faults the pager served (all sessions).
+    pub faults: u64,
+    /// Demand faults on pages predicted but not yet installed.
+    pub late: u64,
+}
+
+impl Breakdown {
+    /// Everything but compute: what the run cost end to end.
+    pub fn total_ns(&self) -> u64 {
+        self.attach_ns + self.stall_ns + self.workload_ns + self.psync_ns + self.detach_ns
+    }
+}
+
+/// What one session's pages did (from `Pager::page_sets`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionPages {
+    /// Pages a demand fault decrypted.
+    pub demand: Vec<u64>,
+    /// Pages handed to the prefetch worker.
+    pub prefetched: Vec<u64>,
+    /// Demand faults on predicted pages not installed yet.
+    pub late: u64,
+}
+
+/// Result of one cell.
+#[derive(Debug, Clone, Default)]
+pub struct CellResult {
+    pub breakdown: Breakdown,
+    pub sessions: Vec<SessionPages>,
+    pub checksum: u64,
+}
+
+/// Where the PMOs live: one store on a temporary file (removed on drop).
+pub struct Env {
+    store: Store,
+    key: UserKey,
+    dir: PathBuf,
+    /// Human-readable description of the medium, for reports.
+    pub medium: String,
+    next: u64,
+}
+
+/// Read and write slowdowns of `--pm-model` relative to the DRAM-backed file (PMBD-style
+/// scaling; Optane-like: reads ~3x, writes ~6x slower than DRAM copies).
+pub const PM_MODEL: PmTiming = PmTiming {
+    read_factor: 3.0,
+    write_factor: 6.0,
+};
+
+impl Env {
+    /// A store big enough for PMOs of up to `max_pmo` bytes, one at a time.
+    pub fn new(max_pmo: usize, pm_model: bool) -> Result<Env, EngineError> {
+        // Unique per Env: two stores on one file would truncate each other's mapping.
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // tmpfs when there is one: a DRAM-backed file whose msync is not a disk write-back (on a
+        // disk-backed /tmp every psync would time the disk, not the design).
+        let shm = std::path::Path::new("/dev/shm");
+        let base = if shm.is_dir() {
+            shm.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        };
+        let dir = base.join(format!("pmo-compare-{}-{seq}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join("store.img");
+        // Primaries, tree and TSC take a little over twice the data; leave room for three.
+        let len = (max_pmo as u64) * 3 + (32 << 20);
+        let file = FileMedium::create(&path, len)?;
+        let (medium, desc): (Arc<dyn Medium>, String) = if pm_model {
+            (
+                Arc::new(TimedMedium::new(file, PM_MODEL)),
+                format!(
+                    "PM timing model (TimedMedium: reads x{}, writes x{} over a DRAM-backed file in {})",
+                    PM_MODEL.read_factor,
+                    PM_MODEL.write_factor,
+                    dir.display()
+                ),
+            )
+        } else {
+            (
+                Arc::new(file),
+                format!(
+                    "DRAM-backed file (FileMedium in {}; no PM timing model)",
+                    dir.display()
+                ),
+            )
+        };
+        let store = Store::create(medium, StoreOptions { slots: 64 })?;
+        Ok(Env {
+            store,
+            key: UserKey::new(b"pmo-compare benchmark key")
+                .map_err(|e| EngineError::Store(e.into()))?,
+            dir,
+            medium: desc,
+            next: 0,
+        })
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A store session as the pager's page source (taken out again at detach).
+struct SessionSource(RwLock<Option<Session>>);
+
+impl PageSource for SessionSource {
+    fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError> {
+        let g = self.0.read().unwrap_or_else(|e| e.into_inner());
+        let s = g.as_ref().ok_or(FillError::Other {
+            page,
+            why: "detached".into(),
+        })?;
+        s.fault(page, out).map_err(|e| match e {
+            StoreError::Integrity { page } => FillError::Integrity(page),
+            e => FillError::Other {
+                page,
+                why: e.to_string(),
+            },
+        })
+    }
+    fn writable(&self) -> bool {
+        true
+    }
+}
+
+/// One live attach session: the store session behind a pager slice.
+struct Attached {
+    source: Arc<SessionSource>,
+    offset: u64,
+    stats: Arc<SliceStats>,
+    npages: u64,
+}
+
+impl Attached {
+    /// The PMO's bytes in the window.
+    ///
+    /// The caller holds the pager for as long as the attachment (it is dropped only after the
+    /// last detach), which keeps the mapping alive; the exclusive borrow of `self` makes the
+    /// slice the only view of it in the harness. The slice is the attachment's own part of
+    /// the window, which nothing else in the harness touches while the workload runs. The pager
+    /// only installs pages that are not present yet (the kernel makes the faulting access wait)
+    /// and reads dirty pages at psync, which the harness calls between iterations.
+    fn window(&mut self, pager: &Pager) -> Result<&mut [u8], EngineError> {
+        let len = usize::try_from(self.npages * PAGE as u64)
+            .map_err(|_| EngineError::TooLarge(usize::MAX))?;
+        if self.offset + len as u64 > pager.size() {
+            return Err(EngineError::Pager(PagerError::NoSlice(self.offset)));
+        }
+        // SAFETY: `[offset, offset + len)` lies inside the pager's live anonymous mapping (checked
+        // above), owned by this attachment until `detach`; see the doc comment for why exclusive
+        // use holds for the caller's borrow.
+        Ok(unsafe {
+            std::slice::from_raw_parts_mut((pager.host_addr() + self.offset) as *mut u8, len)
+        })
+    }
+}
+
+/// Runs a workload on plain resident memory: returns (iteration time in ns, checksum).
+pub fn run_plain(w: &Workload, threads: usize) -> Result<(u64, u64), EngineError> {
+    let mut m = PlainMem::new(w.pmo_bytes());
+    w.init(m.bytes())?;
+    let t = Instant::now();
+    for it in 0..w.iters() {
+        w.run_iter(m.bytes(), it, threads)?;
+    }
+    let ns = t.elapsed().as_nanos() as u64;
+    Ok((ns, w.checksum(m.bytes(), w.iters())?))
+}
+
+/// Runs one cell through the store and the pager; checks its result against `want`.
+pub fn run_cell(
+    env: &mut Env,
+    w: &Workload,
+    spec: &DesignSpec,
+    integrity: bool,
+    p: RunParams,
+    want: u64,
+) -> Result<CellResult, EngineError> {
+    env.next += 1;
+    let name = format!("cell-{}", env.next);
+    let bytes = w.pmo_bytes();
+    let suite = if integrity {
+        Suite::XtsBlake3
+    } else {
+        Suite::XtsNoMacBench
+    };
+    env.store.create_pmo_with(
+        &name,
+        bytes as u64,
+        &env.key,
+        CreateOptions {
+            design: spec.design,
+            suite,
+        },
+    )?;
+    let r = run_created(env, &name, w, spec, p, want);
+    let d = env.store.destroy_pmo(&name, &env.key);
+    let r = r?;
+    d?;
+    Ok(r)
+}
+
+fn run_created(
+    env: &Env,
+    name: &str,
+    w: &Workload,
+    spec: &DesignSpec,
+    p: RunParams,
+    want: u64,
+) -> Result<CellResult, EngineError> {
+    let bytes = w.pmo_bytes();
+    let npages = (bytes / PAGE) as u64;
+    // Initial contents, written as a program would before the measured run (not timed).
+    {
+        let mut init = PlainMem::new(bytes);
+        w.init(init.bytes())?;
+        let s = env
+            .store
+            .attach_with(name, Perm::Write, &env.key, Some(Design::D))?;
+        let mem = init.bytes();
+        s.psync(
+            mem.chunks_exact(PAGE)
+                .enumerate()
+                .filter_map(|(i, c)| <&[u8; PAGE]>::try_from(c).ok().map(|a| (i as u64, a))),
+        )?;
+        s.detach().wait()?;
+    }
+    let pager = Pager::new(npages * PAGE as u64, 2)?;
+    let mut b = Breakdown::default();
+    let mut sessions = Vec::new();
+    let mut pending: Option<DetachHandle> = None;
+    let attach = |b: &mut Breakdown, pending: &mut Option<DetachHandle>| {
+        let t = Instant::now();
+        if let Some(h) = pending.take() {
+            h.wait()?;
+        }
+        let t1 = Instant::now();
+        b.stall_ns += (t1 - t).as_nanos() as u64;
+        let a = attach_one(env, &pager, name, spec, npages)?;
+        b.attach_ns += t1.elapsed().as_nanos() as u64;
+        b.sessions += 1;
+        Ok::<_, EngineError>(a)
+    };
+    let mut cur = attach(&mut b, &mut pending)?;
+    let mut in_session = 0;
+    let iters = w.iters();
+    for it in 0..iters {
+        let mem = cur.window(&pager)?;
+        let t = Instant::now();
+        w.run_iter(mem, it, p.threads)?;
+        b.workload_ns += t.elapsed().as_nanos() as u64;
+        let last = it + 1 == iters;
+        if (it + 1) % p.cadence.max(1) == 0 || last {
+            let t = Instant::now();
+            b.psync_pages += psync(&pager, &cur)?;
+            b.psync_ns += t.elapsed().as_nanos() as u64;
+            b.psyncs += 1;
+            in_session += 1;
+            if p.session > 0 && in_session == p.session && !last {
+                pending = Some(detach(&pager, cur, &mut b, &mut sessions)?);
+                cur = attach(&mut b, &mut pending)?;
+                in_session = 0;
+            }
+        }
+    }
+    let h = detach(&pager, cur, &mut b, &mut sessions)?;
+    let t = Instant::now();
+    h.wait()?;
+    b.stall_ns += t.elapsed().as_nanos() as u64;
+    drop(pager);
+    // Read the psynced result back through the store (not timed) and check it.
+    let got = {
+        let s = env
+            .store
+            .attach_with(name, Perm::Read, &env.key, Some(Design::D))?;
+        let mut back = PlainMem::new(bytes);
+        for (i, page) in back.bytes().chunks_exact_mut(PAGE).enumerate() {
+            if let Ok(pg) = <&mut [u8; PAGE]>::try_from(page) {
+                s.fault(i as u64, pg)?;
+            }
+        }
+        s.detach().wait()?;
+        w.checksum(back.bytes(), iters)?
+    };
+    if got != want {
+        return Err(EngineError::Mismatch {
+            workload: w.name(),
+            design: spec.label.to_string(),
+            got,
+            want,
+        });
+    }
+    Ok(CellResult {
+        breakdown: b,
+        sessions,
+        checksum: got,
+    })
+}
+
+fn attach_one(
+    env: &Env,
+    pager: &Pager,
+    name: &str,
+    spec: &DesignSpec,
+    npages: u64,
+) -> Result<Attached, EngineError> {
+    let session = env
+        .store
+        .attach_with(name, Perm::Write, &env.key, Some(spec.design))?;
+    let source = Arc::new(SessionSource(RwLock::new(Some(session))));
+    let (offset, stats) = match pager.attach(source.clone(), npages) {
+        Ok(x) => x,
+        Err(e) => {
+            // Dropping the session runs the store's crash handler: nothing changes.
+            drop(source.0.write().unwrap_or_else(|e| e.into_inner()).take());
+            return Err(e.into());
+        }
+    };
+    let a = Attached {
+        source,
+        offset,
+        stats,
+        npages,
+    };
+    if let Some(spec) = spec.predictor {
+        pager.set_predictor(offset, Some(pmo_policies::predictor_from_name(spec)?))?;
+    }
+    Ok(a)
+}
+
+fn psync(pager: &Pager, a: &Attached) -> Result<u64, EngineError> {
+    let g = a.source.0.read().unwrap_or_else(|e| e.into_inner());
+    let s = g
+        .as_ref()
+        .ok_or(EngineError::Pager(PagerError::NoSlice(a.offset)))?;
+    Ok(pager.collect_dirty(a.offset, |pages| {
+        s.psync(pages.iter().map(|(p, d)| (*p, &**d)))
+    })??)
+}
+
+fn detach(
+    pager: &Pager,
+    a: Attached,
+    b: &mut Breakdown,
+    sessions: &mut Vec<SessionPages>,
+) -> Result<DetachHandle, EngineError> {
+    use std::sync::atomic::Ordering::Relaxed;
+    // Not timed: bookkeeping of the harness.
+    let sets = pager.page_sets(a.offset)?;
+    let late = a.stats.prefetch_late.load(Relaxed);
+    b.faults += sets.demand.len() as u64;
+    b.late += late;
+    sessions.push(SessionPages {
+        demand: sets.demand,
+        prefetched: sets.prefetched,
+        late,
+    });
+    let t = Instant::now();
+    pager.detach(a.offset)?;
+    let s = a
+        .source
+        .0
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .ok_or(EngineError::Pager(PagerError::NoSlice(a.offset)))?;
+    let h = s.detach();
+    b.detach_ns += t.elapsed().as_nanos() as u64;
+    Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tiny_cell_runs_through_the_pager_and_matches_plain_memory() {
+        let w = Workload::Lu { n: 40 };
+        let (_, want) = run_plain(&w, 2).unwrap();
+        let mut env = Env::new(w.pmo_bytes(), false).unwrap();
+        let p = RunParams {
+            threads: 2,
+            cadence: 8,
+            session: 2,
+        };
+        for spec in design_specs() {
+            for integrity in [false, true] {
+                let r = run_cell(&mut env, &w, &spec, integrity, p, want).unwrap();
+                assert_eq!(r.checksum, want);
+                // 39 iterations, a psync every 8 and after the last: 5 psyncs, 3 sessions.
+                assert_eq!(r.breakdown.psyncs, 5, "{}", spec.label);
+                assert_eq!(r.breakdown.sessions, 3, "{}", spec.label);
+                assert_eq!(r.sessions.len(), 3);
+                assert!(r.breakdown.psync_pages > 0);
+            }
+        }
+    }
+
+    #[test]
+    fn stream_prefetch_covers_a_sequential_scan_and_metrics_are_ratios() {
+        let w = Workload::Seq {
+            pages: 512,
+            seg: 64,
+            passes: 2,
+        };
+        let (_, want) = run_plain(&w, 1).unwrap();
+        let mut env = Env::new(w.pmo_bytes(), false).unwrap();
+        let p = RunParams {
+            threads: 1,
+            cadence: 2,
+            session: 2,
+        };
+        let specs = design_specs();
+        let d = specs.iter().find(|s| s.label == "d").unwrap();
+        let d8 = specs.iter().find(|s| s.label == "d8").unwrap();
+        let none = run_cell(&mut env, &w, d, true, p, want).unwrap();
+        // Under `d` every used page is a demand fault and nothing is prefetched.
+        assert!(none.sessions.iter().all(|s| s.prefetched.is_empty()));
+        assert!(none.breakdown.faults >= 512);
+        let run = run_cell(&mut env, &w, d8, true, p, want).unwrap();
+        let m = crate::metrics::exact(&none.sessions, &run.sessions).unwrap();
+        for r in [m.accuracy(), m.coverage(), m.timeliness()] {
+            let r = r.unwrap();
+            assert!((0.0..=1.0).contains(&r), "{m:?}");
+        }
+        assert!(m.coverage().unwrap() > 0.5, "{m:?}");
+    }
+
+    #[test]
+    fn a_wrong_reference_fails_the_cell() {
+        let w = Workload::Gauss { n: 16 };
+        let (_, want) = run_plain(&w, 1).unwrap();
+        let mut env = Env::new(w.pmo_bytes(), false).unwrap();
+        let p = RunParams {
+            threads: 1,
+            cadence: 4,
+            session: 1,
+        };
+        let spec = &design_specs()[2];
+        assert!(matches!(
+            run_cell(&mut env, &w, spec, true, p, want ^ 1),
+            Err(EngineError::Mismatch { .. })
+        ));
+    }
+}

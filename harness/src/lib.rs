@@ -1,0 +1,15 @@
+//! Host-side PMO workloads and the design comparison harness (issue 5).
+//!
+//! The papers' microbenchmarks ([`workloads`]) run over a PMO's memory: the pager's userfaultfd
+//! window, with host threads playing the vCPUs, at native speed. [`engine`] drives one cell of
+//! the comparison (workload × design × integrity × threads) through the real store and pager and
+//! times it the way the papers break execution time down; [`metrics`] computes exact prediction
+//! accuracy, coverage and timeliness from the pager's page sets; [`report`] prints the tables,
+//! the CSV and the issue's targets. `scripts/compare.sh` runs the whole matrix; see
+//! docs/compare.md.
+
+pub mod engine;
+pub mod metrics;
+pub mod pmalloc;
+pub mod report;
+pub mod workloads;

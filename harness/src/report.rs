@@ -1,0 +1,461 @@
+//! Tables, CSV and the issue's targets from the cells of one run.
+//!
+//! Times are normalized to O (`sp-id`) of the same workload, integrity setting and thread count,
+//! as the papers' figures are. Compute is the same workload on resident plain memory measured in
+//! the same run; fault overhead is the workload phase on the pager's window minus compute.
+
+use crate::engine::Breakdown;
+use pmo_policies::Metrics;
+use std::fmt::Write;
+
+/// One measured cell.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub workload: &'static str,
+    pub params: String,
+    pub design: &'static str,
+    pub integrity: bool,
+    pub threads: usize,
+    /// The workload on plain memory, same threads (the compute baseline).
+    pub compute_ns: u64,
+    pub b: Breakdown,
+    /// Exact prediction quality (designs with a predictor, once the `d` reference ran).
+    pub quality: Option<Metrics>,
+    /// Set when the cell failed (its times are then meaningless).
+    pub error: Option<String>,
+}
+
+impl Row {
+    /// Compute as shown in the breakdown (never more than the workload phase).
+    pub fn compute(&self) -> u64 {
+        self.compute_ns.min(self.b.workload_ns)
+    }
+    /// Workload phase minus compute: page faults and whatever else the window costs.
+    pub fn fault(&self) -> u64 {
+        self.b.workload_ns.saturating_sub(self.compute_ns)
+    }
+    pub fn total(&self) -> u64 {
+        self.b.total_ns()
+    }
+}
+
+/// The rows of one run and how they were made.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub rows: Vec<Row>,
+    pub medium: String,
+    pub quick: bool,
+    pub session: u64,
+    pub designs: Vec<&'static str>,
+    pub workloads: Vec<&'static str>,
+}
+
+/// The baseline the papers normalize to.
+pub const O: &str = "sp-id";
+const DEPTHS: [&str; 3] = ["d2", "d4", "d8"];
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+fn opt(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| format!("{v:.3}"))
+}
+
+impl Report {
+    fn find(&self, w: &str, d: &str, integrity: bool, threads: usize) -> Option<&Row> {
+        self.rows.iter().find(|r| {
+            r.workload == w
+                && r.design == d
+                && r.integrity == integrity
+                && r.threads == threads
+                && r.error.is_none()
+        })
+    }
+
+    /// Total of O for the row's group, for normalization.
+    fn o_total(&self, r: &Row) -> Option<f64> {
+        self.find(r.workload, O, r.integrity, r.threads)
+            .map(|o| o.total() as f64)
+            .filter(|t| *t > 0.0)
+    }
+
+    /// Total time normalized to O of the same group.
+    pub fn norm(&self, r: &Row) -> Option<f64> {
+        self.o_total(r).map(|o| r.total() as f64 / o)
+    }
+
+    fn threads(&self) -> Vec<usize> {
+        let mut t: Vec<usize> = self.rows.iter().map(|r| r.threads).collect();
+        t.sort_unstable();
+        t.dedup();
+        t
+    }
+
+    /// The breakdown table for `threads`.
+    pub fn breakdown_md(&self, threads: usize) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "| workload | integrity | design | total ms | x O | compute | fault | psync | detach | attach | stall | faults | psync pages |"
+        );
+        let _ = writeln!(
+            s,
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for r in self.rows.iter().filter(|r| r.threads == threads) {
+            let integ = if r.integrity { "with" } else { "without" };
+            if let Some(e) = &r.error {
+                let _ = writeln!(
+                    s,
+                    "| {} | {integ} | {} | FAILED: {e} | | | | | | | | | |",
+                    r.workload, r.design
+                );
+                continue;
+            }
+            let o = self.o_total(r);
+            let f = |ns: u64| o.map_or("-".into(), |o| format!("{:.3}", ns as f64 / o));
+            let _ = writeln!(
+                s,
+                "| {} | {integ} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.workload,
+                r.design,
+                ms(r.total()),
+                opt(self.norm(r)),
+                f(r.compute()),
+                f(r.fault()),
+                f(r.b.psync_ns),
+                f(r.b.detach_ns),
+                f(r.b.attach_ns),
+                f(r.b.stall_ns),
+                r.b.faults,
+                r.b.psync_pages,
+            );
+        }
+        s
+    }
+
+    /// Accuracy / coverage / timeliness per workload and predictor.
+    pub fn metrics_md(&self, threads: usize, integrity: bool) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "| workload | design | accuracy | coverage | timeliness | prefetched | used prefetched | late | demand faults |"
+        );
+        let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
+        for r in self
+            .rows
+            .iter()
+            .filter(|r| r.threads == threads && r.integrity == integrity && r.quality.is_some())
+        {
+            if let Some(q) = &r.quality {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    r.workload,
+                    r.design,
+                    opt(q.accuracy()),
+                    opt(q.coverage()),
+                    opt(q.timeliness()),
+                    q.prefetched,
+                    q.prefetched_used,
+                    q.used_before_ready,
+                    r.b.faults,
+                );
+            }
+        }
+        s
+    }
+
+    /// Total time at each thread count, with integrity, and the speedup over one thread.
+    pub fn scaling_md(&self) -> String {
+        let threads = self.threads();
+        let mut s = String::new();
+        let _ = write!(s, "| workload | design |");
+        for t in &threads {
+            let _ = write!(s, " {t} thr ms |");
+        }
+        for t in threads.iter().skip(1) {
+            let _ = write!(s, " speedup {t}/1 |");
+        }
+        let _ = writeln!(s);
+        let _ = writeln!(s, "|---|---|{}", "---:|".repeat(threads.len() * 2 - 1));
+        for w in &self.workloads {
+            for d in &self.designs {
+                let cells: Vec<Option<&Row>> =
+                    threads.iter().map(|t| self.find(w, d, true, *t)).collect();
+                if cells.iter().skip(1).all(|c| c.is_none()) {
+                    continue;
+                }
+                let _ = write!(s, "| {w} | {d} |");
+                for c in &cells {
+                    let _ = write!(
+                        s,
+                        " {} |",
+                        c.map_or("-".into(), |r| format!("{:.1}", ms(r.total())))
+                    );
+                }
+                for c in cells.iter().skip(1) {
+                    let sp = match (cells.first().copied().flatten(), c) {
+                        (Some(one), Some(r)) if r.total() > 0 => {
+                            format!("{:.2}", one.total() as f64 / r.total() as f64)
+                        }
+                        _ => "-".into(),
+                    };
+                    let _ = write!(s, " {sp} |");
+                }
+                let _ = writeln!(s);
+            }
+        }
+        s
+    }
+
+    /// The issue's targets, each with PASS or MISS and the numbers behind it (with integrity,
+    /// one thread).
+    pub fn targets(&self) -> Vec<(String, bool)> {
+        let mut out = Vec::new();
+        let tot = |w: &str, d: &str| self.find(w, d, true, 1).map(|r| r.total() as f64);
+        // 1. Sequential workloads: coverage, accuracy, timeliness >= 0.9 at the best depth.
+        for w in ["seq", "2dconv"] {
+            if !self.workloads.contains(&w) {
+                continue;
+            }
+            let best = DEPTHS
+                .iter()
+                .filter_map(|d| {
+                    let q = self.find(w, d, true, 1)?.quality?;
+                    let v = [q.accuracy()?, q.coverage()?, q.timeliness()?];
+                    Some((*d, v))
+                })
+                .max_by(|a, b| {
+                    let m = |v: &[f64; 3]| v.iter().copied().fold(f64::MAX, f64::min);
+                    m(&a.1).total_cmp(&m(&b.1))
+                });
+            match best {
+                Some((d, v)) => out.push((
+                    format!(
+                        "{w}: best depth {d}: accuracy {:.3}, coverage {:.3}, timeliness {:.3} (target >= 0.9 each)",
+                        v[0], v[1], v[2]
+                    ),
+                    v.iter().all(|x| *x >= 0.9),
+                )),
+                None => out.push((format!("{w}: no prediction metrics"), false)),
+            }
+        }
+        // 2. adaptive within 5% of the best fixed depth on every workload.
+        for w in &self.workloads {
+            let best = DEPTHS
+                .iter()
+                .filter_map(|d| tot(w, d).map(|t| (*d, t)))
+                .min_by(|a, b| a.1.total_cmp(&b.1));
+            match (best, tot(w, "adaptive")) {
+                (Some((d, b)), Some(a)) => out.push((
+                    format!(
+                        "{w}: adaptive {:.1} ms vs best fixed depth {d} {:.1} ms = {:+.1}% (target <= +5%)",
+                        a / 1e6,
+                        b / 1e6,
+                        (a / b - 1.0) * 100.0
+                    ),
+                    a <= b * 1.05,
+                )),
+                _ => out.push((format!("{w}: adaptive vs fixed depths: missing cells"), false)),
+            }
+        }
+        // 3. adaptive at most 2% slower than none (= d) on random.
+        if self.workloads.contains(&"random") {
+            match (tot("random", "adaptive"), tot("random", "d")) {
+                (Some(a), Some(d)) => out.push((
+                    format!(
+                        "random: adaptive {:.1} ms vs d (none) {:.1} ms = {:+.1}% (target <= +2%)",
+                        a / 1e6,
+                        d / 1e6,
+                        (a / d - 1.0) * 100.0
+                    ),
+                    a <= d * 1.02,
+                )),
+                _ => out.push(("random: adaptive vs d: missing cells".into(), false)),
+            }
+        }
+        // 4. d with the best predictor >= 1.8x faster than wedi at this session size.
+        let mut ratios = Vec::new();
+        for w in &self.workloads {
+            let best = ["d", "d2", "d4", "d8", "adaptive"]
+                .iter()
+                .filter_map(|d| tot(w, d).map(|t| (*d, t)))
+                .min_by(|a, b| a.1.total_cmp(&b.1));
+            match (best, tot(w, "wedi")) {
+                (Some((d, b)), Some(wedi)) => {
+                    let r = wedi / b;
+                    ratios.push(r);
+                    out.push((
+                        format!(
+                            "{w}: wedi / best d ({d}) = {r:.2}x at attach-session size {} (target >= 1.8x)",
+                            self.session
+                        ),
+                        r >= 1.8,
+                    ));
+                }
+                _ => out.push((format!("{w}: wedi vs d: missing cells"), false)),
+            }
+        }
+        if !ratios.is_empty() {
+            let g = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
+            out.push((
+                format!("all workloads: geometric mean wedi / best d = {g:.2}x (target >= 1.8x)"),
+                g >= 1.8,
+            ));
+        }
+        out
+    }
+
+    /// The whole Markdown report.
+    pub fn markdown(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "# PMO design comparison\n");
+        let _ = writeln!(s, "- medium: {}", self.medium);
+        let _ =
+            writeln!(
+            s,
+            "- sizes: {}; attach-session size {} psyncs per detach; cadence about 8 psyncs per run",
+            if self.quick { "quick (tiny, not meaningful)" } else { "full" },
+            self.session
+        );
+        let mut seen = Vec::new();
+        for r in &self.rows {
+            if !seen.contains(&r.workload) {
+                seen.push(r.workload);
+                let _ = writeln!(s, "- {}: {}", r.workload, r.params);
+            }
+        }
+        let _ = writeln!(
+            s,
+            "\nComponents are fractions of O's (`sp-id`) total for the same workload, integrity and threads; they add up to `x O`.\n"
+        );
+        for t in self.threads() {
+            let _ = writeln!(s, "## Execution time, {t} thread(s)\n");
+            let _ = writeln!(s, "{}", self.breakdown_md(t));
+        }
+        for t in self.threads() {
+            let _ = writeln!(s, "## Prediction quality, {t} thread(s), with integrity\n");
+            let _ = writeln!(s, "{}", self.metrics_md(t, true));
+        }
+        let _ = writeln!(s, "## Prediction quality, 1 thread(s), without integrity\n");
+        let _ = writeln!(s, "{}", self.metrics_md(1, false));
+        if self.threads().len() > 1 {
+            let _ = writeln!(s, "## Thread scaling (with integrity)\n");
+            let _ = writeln!(s, "{}", self.scaling_md());
+        }
+        let _ = writeln!(s, "## Targets (issue 5; with integrity, 1 thread)\n");
+        for (t, ok) in self.targets() {
+            let _ = writeln!(s, "- **{}** {t}", if ok { "PASS" } else { "MISS" });
+        }
+        s
+    }
+
+    /// One CSV line per cell.
+    pub fn csv(&self) -> String {
+        let mut s = String::from(
+            "workload,params,design,integrity,threads,total_ns,norm_to_o,compute_ns,fault_ns,psync_ns,detach_ns,attach_ns,stall_ns,faults,late,psyncs,sessions,psync_pages,prefetched,accuracy,coverage,timeliness,error\n",
+        );
+        for r in &self.rows {
+            let q = r.quality;
+            let f = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.4}"));
+            let _ = writeln!(
+                s,
+                "{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\"",
+                r.workload,
+                r.params,
+                r.design,
+                r.integrity,
+                r.threads,
+                r.total(),
+                f(self.norm(r)),
+                r.compute(),
+                r.fault(),
+                r.b.psync_ns,
+                r.b.detach_ns,
+                r.b.attach_ns,
+                r.b.stall_ns,
+                r.b.faults,
+                r.b.late,
+                r.b.psyncs,
+                r.b.sessions,
+                r.b.psync_pages,
+                q.map_or(String::new(), |q| q.prefetched.to_string()),
+                f(q.and_then(|q| q.accuracy())),
+                f(q.and_then(|q| q.coverage())),
+                f(q.and_then(|q| q.timeliness())),
+                r.error.as_deref().unwrap_or("").replace('"', "'"),
+            );
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(w: &'static str, d: &'static str, total: u64, q: Option<Metrics>) -> Row {
+        Row {
+            workload: w,
+            params: String::new(),
+            design: d,
+            integrity: true,
+            threads: 1,
+            compute_ns: total / 4,
+            b: Breakdown {
+                workload_ns: total,
+                ..Default::default()
+            },
+            quality: q,
+            error: None,
+        }
+    }
+
+    fn q(acc: (u64, u64), late: u64, demand: u64) -> Metrics {
+        Metrics {
+            prefetched: acc.1,
+            prefetched_used: acc.0,
+            used_before_ready: late,
+            demand_faults: demand,
+        }
+    }
+
+    #[test]
+    fn normalization_and_targets() {
+        let good = q((95, 100), 1, 5);
+        let bad = q((50, 100), 40, 50);
+        let rep = Report {
+            rows: vec![
+                row("seq", "wedi", 400, None),
+                row("seq", "sp-id", 200, None),
+                row("seq", "d", 150, None),
+                row("seq", "d2", 120, Some(bad)),
+                row("seq", "d4", 100, Some(good)),
+                row("seq", "d8", 110, Some(bad)),
+                row("seq", "adaptive", 104, Some(good)),
+            ],
+            session: 2,
+            designs: vec!["wedi", "sp-id", "d", "d2", "d4", "d8", "adaptive"],
+            workloads: vec!["seq"],
+            ..Default::default()
+        };
+        assert_eq!(rep.norm(&rep.rows[0]), Some(2.0));
+        assert_eq!(rep.rows[0].fault(), 300);
+        let t = rep.targets();
+        // seq metrics at d4 pass; adaptive +4% passes; wedi/best = 4.0 passes.
+        assert!(t.iter().all(|(_, ok)| *ok), "{t:?}");
+        assert!(t[0].0.contains("d4"));
+        let md = rep.markdown();
+        assert!(md.contains("| seq | with | wedi | 0.0 | 2.000 |"), "{md}");
+        assert_eq!(rep.csv().lines().count(), 8);
+
+        let mut slow = rep.clone();
+        slow.rows[6].b.workload_ns = 200;
+        slow.rows[0].b.workload_ns = 150;
+        let t = slow.targets();
+        assert!(!t[1].1, "adaptive 2x the best depth must miss");
+        assert!(!t[2].1, "wedi only 1.5x must miss");
+    }
+}
