@@ -7,7 +7,10 @@
 //!    without psync and exits without detaching. A PMO of junk must be refused.
 //! 2. VM "wl-restart", a new VMM process, verifies every PMO again, finds the partial run at its
 //!    last psync, resumes it to the end and checks the result.
+//!
+//! Afterwards the store checks clean on the host.
 
+use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -19,8 +22,13 @@ const WORKLOADS: [&str; 4] = ["2dconv", "gauss", "lu", "tmm"];
 const N: u64 = 64;
 const STOP: u64 = 24;
 
-fn group() -> &'static Vec<VmOutcome> {
-    static GROUP: OnceLock<Result<Vec<VmOutcome>, String>> = OnceLock::new();
+struct Group {
+    vms: Vec<VmOutcome>,
+    store: PathBuf,
+}
+
+fn group() -> &'static Group {
+    static GROUP: OnceLock<Result<Group, String>> = OnceLock::new();
     let g = GROUP.get_or_init(|| {
         let env = Env::from_env();
         let dir = env
@@ -28,7 +36,7 @@ fn group() -> &'static Vec<VmOutcome> {
             .map_err(|e| e.to_string())?;
         let store = dir.join("store.img");
         let _ = std::fs::remove_file(&store);
-        run_vms(&[
+        let vms = run_vms(&[
             VmSpec::new("wl")
                 .cpus(2)
                 .scenarios(["pmo_workloads"])
@@ -43,7 +51,8 @@ fn group() -> &'static Vec<VmOutcome> {
                 .pmo_store(&store, STORE_SIZE)
                 .timeout(Duration::from_secs(300)),
         ])
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+        Ok(Group { vms, store })
     });
     match g {
         Ok(g) => g,
@@ -86,7 +95,7 @@ fn reference(vm: &VmOutcome, w: &str) -> String {
 
 #[test]
 fn every_workload_matches_plain_memory_with_1_and_2_threads() {
-    let vm = &group()[0];
+    let vm = &group().vms[0];
     vm.assert_all_ok(&["pmo_workloads"]);
     vm.assert_exit(0);
     for w in WORKLOADS {
@@ -110,7 +119,7 @@ fn every_workload_matches_plain_memory_with_1_and_2_threads() {
 
 #[test]
 fn runs_psync_several_times_and_reattach_mid_run() {
-    let vm = &group()[0];
+    let vm = &group().vms[0];
     for w in WORKLOADS {
         for t in [1u64, 2] {
             let d = vm.assert_ok(&format!("pmo_workloads.{w}.t{t}.run"));
@@ -139,7 +148,7 @@ fn runs_psync_several_times_and_reattach_mid_run() {
 
 #[test]
 fn results_persist_across_a_vmm_restart() {
-    let (first, second) = (&group()[0], &group()[1]);
+    let (first, second) = (&group().vms[0], &group().vms[1]);
     second.assert_all_ok(&["pmo_workloads_check"]);
     second.assert_exit(0);
     for w in WORKLOADS {
@@ -159,7 +168,7 @@ fn results_persist_across_a_vmm_restart() {
 
 #[test]
 fn partial_run_stays_at_its_last_psync_and_resumes_after_restart() {
-    let (first, second) = (&group()[0], &group()[1]);
+    let (first, second) = (&group().vms[0], &group().vms[1]);
     let want = field(first, first.assert_ok("pmo_workloads.part.ref"), "checksum").to_string();
     let scribble = first.assert_ok("pmo_workloads.part.stop");
     assert!(
@@ -188,7 +197,17 @@ fn partial_run_stays_at_its_last_psync_and_resumes_after_restart() {
 
 #[test]
 fn verify_refuses_a_pmo_that_is_not_a_run() {
-    let vm = &group()[0];
+    let vm = &group().vms[0];
     let d = vm.assert_ok("pmo_workloads.junk");
     assert!(d.starts_with("exit 1: pmo_bench: PMO wl-junk:"), "{d}");
+}
+
+#[test]
+fn store_is_consistent_after_the_runs() {
+    let g = group();
+    g.vms[1].assert_exit(0);
+    let report =
+        pmo_virtio::cli_support::store_fsck(&g.store, &mut std::io::sink(), &mut std::io::sink())
+            .expect("fsck runs");
+    assert!(report.problems.is_empty(), "fsck: {:?}", report.problems);
 }
