@@ -1,0 +1,178 @@
+//! Device cache bench: per-block fill and write-back cost through the
+//! expander (media latency 0 and the default), and hit rates for
+//! sequential and random traces larger than the cache, on the model and on
+//! host threads touching the uffd-backed DPA space.
+//!
+//! `cargo bench -p cxl-t3 --bench cache` prints one table.
+
+use std::time::{Duration, Instant};
+
+use cxl_t3::cache::{CacheModel, BLOCK};
+use cxl_t3::expander::{Expander, ExpanderConfig, DEFAULT_MEDIA_LATENCY_NS};
+
+/// Cache used by every run: 1024 blocks (4 MiB), 8-way.
+const CACHE_BLOCKS: u64 = 1024;
+const WAYS: usize = 8;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+/// A named trace of block numbers.
+fn traces() -> Vec<(&'static str, Vec<u64>)> {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let seq = |span: u64, passes: u64| (0..passes * span).map(|i| i % span).collect::<Vec<_>>();
+    let mut uniform = |span: u64, n: u64| (0..n).map(|_| rng.next() % span).collect::<Vec<_>>();
+    let seq4 = seq(4 * CACHE_BLOCKS, 3);
+    let seq_fit = seq(CACHE_BLOCKS / 2, 8);
+    let rnd2 = uniform(2 * CACHE_BLOCKS, 16 * CACHE_BLOCKS);
+    let rnd4 = uniform(4 * CACHE_BLOCKS, 16 * CACHE_BLOCKS);
+    // 90% of accesses to a hot 10% of a 4x-cache span.
+    let mut rng = Rng(7);
+    let hot = (0..16 * CACHE_BLOCKS)
+        .map(|_| {
+            let span = 4 * CACHE_BLOCKS;
+            if rng.next() % 10 < 9 {
+                rng.next() % (span / 10)
+            } else {
+                rng.next() % span
+            }
+        })
+        .collect();
+    vec![
+        ("seq 4x cache, 3 passes", seq4),
+        ("seq 0.5x cache, 8 passes", seq_fit),
+        ("uniform 2x cache", rnd2),
+        ("uniform 4x cache", rnd4),
+        ("hot 10%/90% over 4x", hot),
+    ]
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let p = std::env::temp_dir().join(format!("cxl-bench-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+fn open(
+    name: &str,
+    size_blocks: u64,
+    latency_ns: u64,
+) -> (std::sync::Arc<Expander>, std::path::PathBuf) {
+    let p = tmp(name);
+    let x = Expander::open(&ExpanderConfig {
+        media: p.clone(),
+        size: size_blocks * BLOCK,
+        cache_bytes: CACHE_BLOCKS * BLOCK,
+        ways: WAYS,
+        media_latency_ns: latency_ns,
+    })
+    .expect("open expander");
+    (x, p)
+}
+
+fn per(d: Duration, n: u64) -> f64 {
+    d.as_nanos() as f64 / n as f64 / 1000.0
+}
+
+/// Per-block costs (µs) on the host path: (fill with a clean victim, fill
+/// with a dirty victim, flush write-back), unkeyed and keyed.
+fn costs(latency_ns: u64, keyed: bool) -> (f64, f64, f64) {
+    let n = 4 * CACHE_BLOCKS;
+    let (x, p) = open("cost", 2 * n, latency_ns);
+    if keyed {
+        x.set_range_key(1, 0, 2 * n * BLOCK, &[0x11; 64])
+            .expect("key");
+    }
+    let mut b = [0u8; 8];
+    // Fill the cache with clean blocks, then time misses that evict clean ones.
+    for i in 0..CACHE_BLOCKS {
+        x.read(i * BLOCK, &mut b).expect("read");
+    }
+    let t = Instant::now();
+    for i in CACHE_BLOCKS..n {
+        x.read(i * BLOCK, &mut b).expect("read");
+    }
+    let clean = per(t.elapsed(), n - CACHE_BLOCKS);
+    // Now make the resident blocks dirty and time misses that write them back.
+    for i in n - CACHE_BLOCKS..n {
+        x.write(i * BLOCK, &[1u8; 8]).expect("write");
+    }
+    let t = Instant::now();
+    for i in n..n + CACHE_BLOCKS {
+        x.write(i * BLOCK, &[2u8; 8]).expect("write");
+    }
+    let dirty = per(t.elapsed(), CACHE_BLOCKS);
+    // Every resident block is dirty now: flush writes each back once.
+    let t = Instant::now();
+    x.flush().expect("flush");
+    let wb = per(t.elapsed(), CACHE_BLOCKS);
+    drop(x);
+    let _ = std::fs::remove_file(&p);
+    (clean, dirty, wb)
+}
+
+/// Fault-path fill cost (µs/block) and hit rate for a trace run by one host
+/// thread over the uffd mapping (hits never trap: rate = 1 - fills/accesses).
+fn uffd_run(trace: &[u64], latency_ns: u64) -> (f64, f64) {
+    let span = trace.iter().max().copied().unwrap_or(0) + 1;
+    let (x, p) = open("uffd", span.max(CACHE_BLOCKS * 2), latency_ns);
+    let base = x.host_addr() as *mut u8;
+    let t = Instant::now();
+    for &b in trace {
+        // SAFETY (bench): a read inside the DPA mapping; faults are served.
+        unsafe { std::hint::black_box(base.add((b * BLOCK) as usize).read_volatile()) };
+    }
+    let el = t.elapsed();
+    let fills = x.stats().fills;
+    drop(x);
+    let _ = std::fs::remove_file(&p);
+    let hit = 1.0 - fills as f64 / trace.len() as f64;
+    (per(el, fills.max(1)), hit)
+}
+
+fn main() {
+    println!(
+        "cxl-t3 device cache bench: cache {} blocks ({} MiB), {WAYS}-way, media file in {}",
+        CACHE_BLOCKS,
+        CACHE_BLOCKS * BLOCK >> 20,
+        std::env::temp_dir().display()
+    );
+    println!();
+    println!("host path, per block (µs)         | fill (clean victim) | fill (dirty victim) | write-back (flush)");
+    for lat in [0, DEFAULT_MEDIA_LATENCY_NS] {
+        for keyed in [false, true] {
+            let (c, d, w) = costs(lat, keyed);
+            println!(
+                "latency {:>6} ns, {:<13} | {c:>19.2} | {d:>19.2} | {w:>18.2}",
+                lat,
+                if keyed { "XTS-256 keyed" } else { "unkeyed" }
+            );
+        }
+    }
+    println!();
+    println!("trace                        | accesses | model hit rate | model ns/access | uffd hit rate | uffd µs/fill (lat 0) | uffd µs/fill (lat 25 µs)");
+    for (name, trace) in traces() {
+        let mut m = CacheModel::new(CACHE_BLOCKS * BLOCK, WAYS).expect("model");
+        let t = Instant::now();
+        for &b in &trace {
+            std::hint::black_box(m.access(b, b % 3 == 0));
+        }
+        let ns = t.elapsed().as_nanos() as f64 / trace.len() as f64;
+        let (f0, hit) = uffd_run(&trace, 0);
+        let (f25, _) = uffd_run(&trace, DEFAULT_MEDIA_LATENCY_NS);
+        println!(
+            "{name:<28} | {:>8} | {:>13.1}% | {ns:>15.1} | {:>12.1}% | {f0:>20.2} | {f25:>24.2}",
+            trace.len(),
+            m.stats().hit_rate() * 100.0,
+            hit * 100.0
+        );
+    }
+}
