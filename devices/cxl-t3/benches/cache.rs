@@ -142,7 +142,7 @@ fn main() {
     println!(
         "cxl-t3 device cache bench: cache {} blocks ({} MiB), {WAYS}-way, media file in {}",
         CACHE_BLOCKS,
-        CACHE_BLOCKS * BLOCK >> 20,
+        (CACHE_BLOCKS * BLOCK) >> 20,
         std::env::temp_dir().display()
     );
     println!();
