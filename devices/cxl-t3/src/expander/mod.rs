@@ -498,7 +498,7 @@ impl Shared {
         block: u64,
         write: bool,
         tee: &RangeTable,
-        bufs: &mut (Box<Page>, Box<Page>),
+        bufs: &mut Option<Box<[Page; 2]>>,
         f: impl FnOnce(*mut u8),
     ) -> Result<(), ExpanderError> {
         let _set = self.set_lock(block);
@@ -516,7 +516,8 @@ impl Shared {
                 lock(&self.model).access(block, write);
             }
             None => {
-                let (buf, vbuf) = bufs;
+                // Buffers only for misses: hits stay allocation-free.
+                let [buf, vbuf] = &mut **bufs.get_or_insert_with(|| Box::new([[0u8; PAGE]; 2]));
                 self.fill_locked(block, write, tee, buf, vbuf)?;
             }
         }
@@ -529,7 +530,7 @@ impl Shared {
         self.check(dpa, out.len() as u64)?;
         let _cfg = self.reconfig_shared();
         let tee = self.tee_read();
-        let mut bufs = (Box::new([0u8; PAGE]), Box::new([0u8; PAGE]));
+        let mut bufs = None;
         let mut done = 0usize;
         while done < out.len() {
             let at = dpa + done as u64;
@@ -552,7 +553,7 @@ impl Shared {
         self.check(dpa, data.len() as u64)?;
         let _cfg = self.reconfig_shared();
         let tee = self.tee_read();
-        let mut bufs = (Box::new([0u8; PAGE]), Box::new([0u8; PAGE]));
+        let mut bufs = None;
         let mut done = 0usize;
         while done < data.len() {
             let at = dpa + done as u64;
