@@ -13,12 +13,14 @@
 #   musl-tools           static C programs for the guest (musl-gcc)
 #   acpica-tools         iasl, to disassemble/check the VMM's ACPI tables
 #   linux-headers-<abi>-cloud-amd64   headers of the guest kernel, for pmo.ko
+#   python3-matplotlib   the PNG plot of scripts/compare.sh (the design comparison)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 
-pkgs=(qemu-system-x86 busybox-static cpio gzip xz-utils zstd kmod build-essential musl-tools acpica-tools)
+pkgs=(qemu-system-x86 busybox-static cpio gzip xz-utils zstd kmod build-essential musl-tools acpica-tools
+      python3-matplotlib)
 
 export DEBIAN_FRONTEND=noninteractive
 
