@@ -4,6 +4,7 @@
 //! Usage: `pmo-compare [--quick] [--pm-model] [--out DIR] [--workloads a,b,..]
 //! [--threads 1,2] [--session S] [--repeat R]`
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -34,7 +35,8 @@ struct Args {
     workloads: Vec<&'static str>,
     threads: Vec<usize>,
     session: u64,
-    repeat: usize,
+    /// Rounds over the matrix (each cell keeps its shortest run); default 2, 1 with --quick.
+    repeat: Option<usize>,
 }
 
 fn parse() -> Result<Args, CliError> {
@@ -45,7 +47,7 @@ fn parse() -> Result<Args, CliError> {
         workloads: NAMES.to_vec(),
         threads: vec![1, 2],
         session: 2,
-        repeat: 1,
+        repeat: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -86,7 +88,7 @@ fn parse() -> Result<Args, CliError> {
             "--repeat" => {
                 let v = val("--repeat")?;
                 a.repeat = match v.parse::<usize>() {
-                    Ok(n) if (1..=20).contains(&n) => n,
+                    Ok(n) if (1..=20).contains(&n) => Some(n),
                     _ => return Err(CliError::Bad("--repeat", v)),
                 };
             }
@@ -95,6 +97,9 @@ fn parse() -> Result<Args, CliError> {
     }
     Ok(a)
 }
+
+/// The cell a result belongs to: (workload, threads, integrity, design) indices.
+type Key = (usize, usize, bool, usize);
 
 fn run(a: &Args) -> Result<Report, CliError> {
     let workloads: Vec<Workload> = a
@@ -109,6 +114,70 @@ fn run(a: &Args) -> Result<Report, CliError> {
         .unwrap_or(1 << 20);
     let mut env = Env::new(max, a.pm_model)?;
     let specs = design_specs();
+    eprintln!("pmo-compare: medium: {}", env.medium);
+    // Plain-memory compute baseline and reference checksum per (workload, threads).
+    let mut compute: HashMap<(usize, usize), (u64, u64)> = HashMap::new();
+    // Best (shortest) run of each cell over the rounds, or its error.
+    let mut best: HashMap<Key, Result<engine::CellResult, String>> = HashMap::new();
+    // Rounds over the whole matrix rather than back-to-back repeats, so a burst of load from
+    // elsewhere hits one run of many cells instead of every run of one cell.
+    let rounds = a.repeat.unwrap_or(if a.quick { 1 } else { 2 });
+    for round in 0..rounds {
+        for (wi, w) in workloads.iter().enumerate() {
+            for &threads in &a.threads {
+                let (ns, want) = engine::run_plain(w, threads)?;
+                let e = compute.entry((wi, threads)).or_insert((ns, want));
+                e.0 = e.0.min(ns);
+                let want = e.1;
+                let p = RunParams {
+                    threads,
+                    cadence: w.default_cadence(),
+                    session: a.session,
+                };
+                // The whole design x integrity matrix at one thread; with integrity beyond.
+                let integrities: &[bool] = if threads == 1 {
+                    &[false, true]
+                } else {
+                    &[true]
+                };
+                for &integrity in integrities {
+                    for (si, spec) in specs.iter().enumerate() {
+                        let key = (wi, threads, integrity, si);
+                        if matches!(best.get(&key), Some(Err(_))) {
+                            continue;
+                        }
+                        let r = engine::run_cell(&mut env, w, spec, integrity, p, want);
+                        eprintln!(
+                            "  round {} {:<7} {:<8} {:<7} {} thr: {}",
+                            round + 1,
+                            w.name(),
+                            spec.label,
+                            if integrity { "integ" } else { "nointeg" },
+                            threads,
+                            match &r {
+                                Ok(r) => format!("{:>9.1} ms", r.breakdown.total_ns() as f64 / 1e6),
+                                Err(e) => format!("FAILED: {e}"),
+                            }
+                        );
+                        match r {
+                            Ok(r) => {
+                                let keep = match best.get(&key) {
+                                    Some(Ok(b)) => r.breakdown.total_ns() < b.breakdown.total_ns(),
+                                    _ => true,
+                                };
+                                if keep {
+                                    best.insert(key, Ok(r));
+                                }
+                            }
+                            Err(e) => {
+                                best.insert(key, Err(e.to_string()));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
     let mut rep = Report {
         medium: env.medium.clone(),
         quick: a.quick,
@@ -117,78 +186,37 @@ fn run(a: &Args) -> Result<Report, CliError> {
         workloads: workloads.iter().map(|w| w.name()).collect(),
         ..Default::default()
     };
-    eprintln!("pmo-compare: medium: {}", env.medium);
-    for w in &workloads {
+    let d_index = specs.iter().position(|s| s.label == "d");
+    for (wi, w) in workloads.iter().enumerate() {
         for &threads in &a.threads {
-            // Compute baseline and reference checksum: best of `repeat` plain runs.
-            let mut compute = u64::MAX;
-            let mut want = 0;
-            for _ in 0..a.repeat {
-                let (ns, sum) = engine::run_plain(w, threads)?;
-                compute = compute.min(ns);
-                want = sum;
-            }
-            let p = RunParams {
-                threads,
-                cadence: w.default_cadence(),
-                session: a.session,
-            };
-            // The full design x integrity matrix at one thread; with integrity only beyond.
             let integrities: &[bool] = if threads == 1 {
                 &[false, true]
             } else {
                 &[true]
             };
             for &integrity in integrities {
-                let mut reference = None;
-                for spec in &specs {
-                    let mut best: Option<engine::CellResult> = None;
-                    let mut error = None;
-                    for _ in 0..a.repeat {
-                        match engine::run_cell(&mut env, w, spec, integrity, p, want) {
-                            Ok(r) => {
-                                if best
-                                    .as_ref()
-                                    .is_none_or(|b| r.breakdown.total_ns() < b.breakdown.total_ns())
-                                {
-                                    best = Some(r);
-                                }
-                            }
-                            Err(e) => {
-                                error = Some(e.to_string());
-                                break;
-                            }
-                        }
-                    }
-                    let r = best.unwrap_or_default();
-                    if spec.label == "d" && error.is_none() {
-                        reference = Some(r.sessions.clone());
-                    }
-                    let quality = match (spec.predictor, &reference) {
-                        (Some(_), Some(refs)) if error.is_none() => {
-                            metrics::exact(refs, &r.sessions).ok()
-                        }
+                // `d` (no predictor) gives each session's used pages: the metrics' reference.
+                let reference = d_index
+                    .and_then(|d| best.get(&(wi, threads, integrity, d)))
+                    .and_then(|r| r.as_ref().ok())
+                    .map(|r| r.sessions.clone());
+                for (si, spec) in specs.iter().enumerate() {
+                    let (r, error) = match best.remove(&(wi, threads, integrity, si)) {
+                        Some(Ok(r)) => (r, None),
+                        Some(Err(e)) => (Default::default(), Some(e)),
+                        None => (Default::default(), Some("not run".to_string())),
+                    };
+                    let quality = match (spec.predictor, &reference, &error) {
+                        (Some(_), Some(refs), None) => metrics::exact(refs, &r.sessions).ok(),
                         _ => None,
                     };
-                    eprintln!(
-                        "  {:<7} {:<8} {:<7} {} thr: {:>9.1} ms{}",
-                        w.name(),
-                        spec.label,
-                        if integrity { "integ" } else { "nointeg" },
-                        threads,
-                        r.breakdown.total_ns() as f64 / 1e6,
-                        error
-                            .as_deref()
-                            .map(|e| format!("  FAILED: {e}"))
-                            .unwrap_or_default()
-                    );
                     rep.rows.push(Row {
                         workload: w.name(),
                         params: w.params(),
                         design: spec.label,
                         integrity,
                         threads,
-                        compute_ns: compute,
+                        compute_ns: compute.get(&(wi, threads)).map_or(0, |c| c.0),
                         b: r.breakdown,
                         quality,
                         error,

@@ -289,7 +289,7 @@ impl Report {
                     ratios.push(r);
                     out.push((
                         format!(
-                            "{w}: wedi / best d ({d}) = {r:.2}x at attach-session size {} (target >= 1.8x)",
+                            "{w}: wedi / best d ({d}) = {r:.3}x at attach-session size {} (target >= 1.8x)",
                             self.session
                         ),
                         r >= 1.8,
@@ -301,7 +301,7 @@ impl Report {
         if !ratios.is_empty() {
             let g = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
             out.push((
-                format!("all workloads: geometric mean wedi / best d = {g:.2}x (target >= 1.8x)"),
+                format!("all workloads: geometric mean wedi / best d = {g:.3}x (target >= 1.8x)"),
                 g >= 1.8,
             ));
         }

@@ -332,7 +332,8 @@ impl Workload {
                 let (Some(x), Some(y)) = (a.next(), a.next()) else {
                     return Err(WorkloadError::Shape(self.name(), 0, 0, n * n));
                 };
-                let (src, dst): (&[f32], &mut [f32]) = if k.is_multiple_of(2) { (x, y) } else { (y, x) };
+                let (src, dst): (&[f32], &mut [f32]) =
+                    if k.is_multiple_of(2) { (x, y) } else { (y, x) };
                 conv_sweep(src, dst, n, p)
             }
             Workload::Gauss { n } => {

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The PMO design comparison of issue 5 in one command (see docs/compare.md).
+#
+# Builds the harness with --release, runs the whole matrix (designs wedi, sp-id = the papers' O,
+# d, d2, d4, d8, adaptive; without and with integrity; 1 and 2 threads; six workloads), prints
+# the tables and writes target/compare/{compare.md,compare.csv,compare.png}.
+#
+#   scripts/compare.sh             full sizes, two rounds (a few minutes on 2 cores)
+#   scripts/compare.sh --quick     tiny sizes, one round (seconds; numbers not meaningful)
+#   scripts/compare.sh --pm-model  the PM timing model on the medium (default: DRAM-backed file)
+# Other flags go to pmo-compare: --workloads a,b --threads 1,2 --session S --repeat R.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+target=${CARGO_TARGET_DIR:-$repo/target}
+out=$repo/target/compare
+
+cargo build --release -q -p pmo-harness
+"$target/release/pmo-compare" --out "$out" "$@"
+# The plot needs matplotlib (python3-matplotlib from scripts/setup.sh, i.e. the system python,
+# which a pyenv or venv python3 earlier on PATH may not see).
+py=
+for cand in python3 /usr/bin/python3; do
+    if "$cand" -c 'import matplotlib' 2>/dev/null; then
+        py=$cand
+        break
+    fi
+done
+if [[ -z $py ]]; then
+    echo "compare.sh: no python3 with matplotlib (run scripts/setup.sh); no PNG" >&2
+    exit 1
+fi
+"$py" "$repo/scripts/plot_compare.py" "$out/compare.csv" "$out/compare.png"
+echo "compare.sh: wrote $out/compare.md, $out/compare.csv, $out/compare.png" >&2
