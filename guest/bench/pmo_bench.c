@@ -2,8 +2,8 @@
  * pmo_bench - the papers' microbenchmarks on a PMO (docs/workloads.md).
  *
  *   pmo_bench run WORKLOAD N [-t THREADS] [-c CADENCE] [-s SESSION] [-m SWEEPS]
- *                 [-T TILE] [-n NAME] [-k KEY] [-x STOP] [-X]
- *   pmo_bench verify [-n NAME] [-k KEY]
+ *                 [-T TILE] [-n NAME] [-k KEY] [-x STOP] [-X] [-D DESIGN]
+ *   pmo_bench verify [-n NAME] [-k KEY] [-D DESIGN]
  *   pmo_bench ref WORKLOAD N [-m SWEEPS] [-T TILE]
  *
  * "run" keeps its arrays in PMO NAME (created if missing), allocated with
@@ -13,6 +13,8 @@
  * PMO that holds an unfinished run of the same workload is resumed from its
  * last psync.  "verify" recomputes as many iterations in malloc memory and
  * compares checksums.  The key comes from -k or $PMO_KEY and is never printed.
+ * -D selects the host's PMO design (wedi, bp-ip, ..., d) before attaching; it
+ * is device-wide and stays for later attaches of every process.
  *
  * Exit status: 0 ok, 1 error (one "pmo_bench: ..." line on stderr), 2 usage,
  * 3 verify found a different checksum.
@@ -61,6 +63,7 @@ struct opts {
 	int scribble;		/* -X: one unsynced iteration after the stop, then exit */
 	char name[PMO_NAME_MAX + 1];
 	char key[PMO_KEY_MAX + 1];
+	const char *design;	/* NULL: leave the device's design alone */
 };
 
 /* What thread 0 measured; printed in the PMOBENCH line. */
@@ -111,8 +114,8 @@ static void die(const char *fmt, ...)
 static void usage(void)
 {
 	fputs("usage: pmo_bench run WORKLOAD N [-t THREADS] [-c CADENCE] [-s SESSION] [-m SWEEPS]\n"
-	      "                     [-T TILE] [-n NAME] [-k KEY] [-x STOP] [-X]\n"
-	      "       pmo_bench verify [-n NAME] [-k KEY]\n"
+	      "                     [-T TILE] [-n NAME] [-k KEY] [-x STOP] [-X] [-D DESIGN]\n"
+	      "       pmo_bench verify [-n NAME] [-k KEY] [-D DESIGN]\n"
 	      "       pmo_bench ref WORKLOAD N [-m SWEEPS] [-T TILE]\n"
 	      "WORKLOAD: 2dconv gauss lu tmm; key from -k or $PMO_KEY\n", stderr);
 	exit(2);
@@ -194,6 +197,9 @@ static void parse(int argc, char **argv, struct opts *o)
 			case 'k':
 				key = argv[++i];
 				break;
+			case 'D':
+				o->design = argv[++i];
+				break;
 			default:
 				usage();
 			}
@@ -229,6 +235,8 @@ static void parse(int argc, char **argv, struct opts *o)
 			 need ? wl_kind_name(o->p.kind) : "gauss");
 	if (strcmp(o->mode, "ref") == 0)
 		return;
+	if (o->design && pmo_set_design(o->design) < 0)
+		die("design %s: %s", o->design, strerror(errno));
 	if (!key)
 		key = getenv("PMO_KEY");
 	if (!key || !*key || strlen(key) > PMO_KEY_MAX) {

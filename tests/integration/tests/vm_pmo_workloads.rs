@@ -4,9 +4,12 @@
 //! 1. VM "wl" (2 vCPUs) runs 2dConv, Gauss, LU and TMM with 1 and 2 threads, each psyncing
 //!    several times and detaching/re-attaching mid-run; every result must equal the guest's
 //!    plain-memory reference. A partial Gauss run stops at a psync, changes its data once more
-//!    without psync and exits without detaching. A PMO of junk must be refused.
+//!    without psync and exits without detaching. A PMO of junk must be refused, and changed
+//!    data must make `verify` fail. LU then runs under every PMO design of the device, and a
+//!    partial run under `sp-id` (tags deferred to detach) drops its unsynced changes too.
 //! 2. VM "wl-restart", a new VMM process, verifies every PMO again, finds the partial run at its
-//!    last psync, resumes it to the end and checks the result.
+//!    last psync, resumes it to the end and checks the result; the PMOs written under the other
+//!    designs read back under the default one.
 //!
 //! Afterwards the store checks clean on the host.
 
@@ -21,6 +24,10 @@ const WORKLOADS: [&str; 4] = ["2dconv", "gauss", "lu", "tmm"];
 /// Side of gauss, lu and tmm (the scenario's default), and where the partial run stops.
 const N: u64 = 64;
 const STOP: u64 = 24;
+/// The designs the device knows (`Design::ALL`), as the guest names them.
+const DESIGNS: [&str; 6] = ["wedi", "bp-ip", "bp-id", "sp-ip", "sp-id", "d"];
+/// Where the partial run under `sp-id` stops.
+const DESIGN_STOP: u64 = 20;
 
 struct Group {
     vms: Vec<VmOutcome>,
@@ -210,4 +217,55 @@ fn store_is_consistent_after_the_runs() {
         pmo_virtio::cli_support::store_fsck(&g.store, &mut std::io::sink(), &mut std::io::sink())
             .expect("fsck runs");
     assert!(report.problems.is_empty(), "fsck: {:?}", report.problems);
+}
+
+#[test]
+fn verify_fails_on_changed_data() {
+    let vm = &group().vms[0];
+    let d = vm.assert_ok("pmo_workloads.changed");
+    assert!(d.starts_with("exit 3: PMOBENCH-VERIFY "), "{d}");
+    assert_eq!(field(vm, d, "match"), "no", "{d}");
+    assert_ne!(field(vm, d, "checksum"), field(vm, d, "reference"), "{d}");
+}
+
+#[test]
+fn every_design_gives_the_same_bits_and_reads_back_under_another() {
+    let (first, second) = (&group().vms[0], &group().vms[1]);
+    let want = field(
+        first,
+        first.assert_ok("pmo_workloads.design.ref"),
+        "checksum",
+    )
+    .to_string();
+    for d in DESIGNS {
+        let r = first.assert_ok(&format!("pmo_workloads.design.{d}.run"));
+        assert_eq!(field(first, r, "checksum"), want, "{d}: {r}");
+        assert!(
+            num(first, r, "detaches") >= 2,
+            "{d}: no mid-run detach: {r}"
+        );
+        for (vm, name) in [
+            (first, format!("pmo_workloads.design.{d}.verify")),
+            (second, format!("pmo_workloads_check.design.{d}.verify")),
+        ] {
+            let v = vm.assert_ok(&name);
+            assert_eq!(field(vm, v, "match"), "yes", "{name}: {v}");
+            assert_eq!(field(vm, v, "checksum"), want, "{name}: {v}");
+        }
+    }
+}
+
+#[test]
+fn partial_run_under_a_deferred_tag_design_stays_at_its_last_psync() {
+    let (first, second) = (&group().vms[0], &group().vms[1]);
+    let s = first.assert_ok("pmo_workloads.design.part.stop");
+    assert!(s.contains("PMOBENCH-SCRIBBLE"), "{s}");
+    for (vm, name) in [
+        (first, "pmo_workloads.design.part.verify"),
+        (second, "pmo_workloads_check.design.part.verify"),
+    ] {
+        let v = vm.assert_ok(name);
+        assert_eq!(num(vm, v, "done"), DESIGN_STOP, "{name}: {v}");
+        assert_eq!(field(vm, v, "match"), "yes", "{name}: {v}");
+    }
 }
