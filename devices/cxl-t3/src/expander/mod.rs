@@ -426,6 +426,10 @@ impl Shared {
         lock(&self.model).access(block, write);
         let r = self.install(self.addr(block), buf, !write);
         buf.zeroize();
+        if r.is_err() {
+            // Not present, so not resident: keep the model true to the mapping.
+            lock(&self.model).remove(block);
+        }
         r
     }
 
@@ -637,6 +641,11 @@ impl Shared {
     /// write-protected) and `fdatasync`s the media.
     pub fn flush(&self) -> Result<(), ExpanderError> {
         let _cfg = self.reconfig_shared();
+        self.flush_locked()
+    }
+
+    /// [`Shared::flush`] for a caller that holds the reconfiguration lock.
+    fn flush_locked(&self) -> Result<(), ExpanderError> {
         let tee = self.tee_read();
         let mut buf = Box::new([0u8; PAGE]);
         let sets = lock(&self.model).sets();
@@ -654,7 +663,10 @@ impl Shared {
     /// this clears the media's "running" mark: dropping the expander
     /// without it counts as a dirty shutdown at the next open.
     pub fn shutdown(&self) -> Result<(), ExpanderError> {
-        self.flush()?;
+        // Exclusive: no block can be dirtied between the flush and the
+        // clean mark; one dirtied after it finds `clean` set and undoes it.
+        let _cfg = self.reconfig.write().unwrap_or_else(|e| e.into_inner());
+        self.flush_locked()?;
         self.media.mark_clean()?;
         self.clean.store(true, Ordering::Release);
         Ok(())
