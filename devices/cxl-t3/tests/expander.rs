@@ -364,3 +364,54 @@ fn writes_racing_evictions_are_not_lost() {
     drop(x);
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn store_extents_are_keyed_through_the_provider() {
+    use cxl_t3::expander::ExtentKeys;
+    use pmo_virtio::crypto::{UserKey, PAGE};
+    use pmo_virtio::store::{Perm, Store, StoreOptions};
+    use zeroize::Zeroizing;
+    let keys_with = |salt: u8| -> Arc<ExtentKeys> {
+        Arc::new(move |slot, _off, _len| Some(Zeroizing::new(vec![slot as u8 ^ salt; 64])))
+    };
+    let keyed = |x: &Expander| (0..16u16).filter_map(|id| x.range_key(id)).count();
+    let path = tmp("extents");
+    let size = 16 << 20;
+    let x = Expander::open(&config(path.clone(), size, 64, 8)).unwrap();
+    let m = CxlMedium::new(x.clone()).with_extent_keys(keys_with(0x5c));
+    let s = Store::create(Arc::new(m), StoreOptions { slots: 16 }).unwrap();
+    let k = UserKey::new(b"user key").unwrap();
+    s.create_pmo("a", 8 * PAGE as u64, &k).unwrap();
+    s.create_pmo("b", 8 * PAGE as u64, &k).unwrap();
+    assert_eq!(keyed(&x), 2);
+    let sess = s.attach("a", Perm::Write, &k).unwrap();
+    let mut page = [0u8; PAGE];
+    page[..7].copy_from_slice(b"payload");
+    sess.psync([(2, &page)]).unwrap();
+    sess.detach().wait().unwrap();
+    s.destroy_pmo("b", &k).unwrap();
+    assert_eq!(keyed(&x), 1, "a destroyed PMO's key is cleared");
+    drop(s);
+    x.shutdown().unwrap();
+    drop(x);
+    // Reopen: the store announces the live extent again and it is re-keyed.
+    for (salt, good) in [(0x5c, true), (0x33, false)] {
+        let x = Expander::open(&config(path.clone(), size, 64, 8)).unwrap();
+        assert_eq!(keyed(&x), 0);
+        let m = CxlMedium::new(x.clone()).with_extent_keys(keys_with(salt));
+        let got = Store::open(Arc::new(m)).ok().and_then(|(s, _)| {
+            let r = s.attach("a", Perm::Read, &k).ok()?;
+            let mut out = [0u8; PAGE];
+            r.fault(2, &mut out).ok()?;
+            Some(out)
+        });
+        if good {
+            assert_eq!(got, Some(page));
+            assert_eq!(keyed(&x), 1);
+        } else {
+            assert_ne!(got, Some(page), "another extent key must not read the PMO");
+        }
+        drop(x);
+    }
+    let _ = std::fs::remove_file(&path);
+}

@@ -2,32 +2,72 @@
 //! CL, CF) can live on CXL memory: reads and writes go through the device
 //! cache on the host path, `persist` writes the covered dirty blocks back
 //! to media and `fdatasync`s it.
+//!
+//! With an [`ExtentKeys`] provider the medium also keys each PMO's extent
+//! as the store announces it (`extent_in_use`): TEE range id = the PMO's
+//! table slot, key = what the provider returns for that extent. The
+//! provider is the PMO service's business (where the key comes from); this
+//! only programs it and clears it at `extent_released`.
 
 use std::sync::Arc;
 
 use pmo_virtio::medium::{check_range, Medium, MediumError};
+use zeroize::Zeroizing;
 
 use super::{Expander, ExpanderError};
 
+/// Gives the TEE key (32 or 64 bytes) for the extent `[off, off+len)` of
+/// table slot `slot`, offsets relative to the medium; `None` leaves that
+/// extent unkeyed.
+pub type ExtentKeys = dyn Fn(u32, u64, u64) -> Option<Zeroizing<Vec<u8>>> + Send + Sync;
+
 /// A window `[base, base+len)` of an expander's DPA space as a medium.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CxlMedium {
     exp: Arc<Expander>,
     base: u64,
     len: u64,
+    keys: Option<Arc<ExtentKeys>>,
+}
+
+impl std::fmt::Debug for CxlMedium {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CxlMedium")
+            .field("base", &self.base)
+            .field("len", &self.len)
+            .field("extent_keys", &self.keys.is_some())
+            .finish()
+    }
 }
 
 impl CxlMedium {
     /// The whole DPA space.
     pub fn new(exp: Arc<Expander>) -> Self {
         let len = exp.size();
-        Self { exp, base: 0, len }
+        Self {
+            exp,
+            base: 0,
+            len,
+            keys: None,
+        }
     }
 
     /// A part of the DPA space (e.g. one keyed range).
     pub fn window(exp: Arc<Expander>, base: u64, len: u64) -> Result<Self, MediumError> {
         check_range(exp.size(), base, len)?;
-        Ok(Self { exp, base, len })
+        Ok(Self {
+            exp,
+            base,
+            len,
+            keys: None,
+        })
+    }
+
+    /// Keys each PMO extent the store announces with the provider's key
+    /// (see the module doc). Extents must be 4 KiB aligned in DPA.
+    pub fn with_extent_keys(mut self, keys: Arc<ExtentKeys>) -> Self {
+        self.keys = Some(keys);
+        self
     }
 
     /// The expander underneath.
@@ -68,4 +108,49 @@ impl Medium for CxlMedium {
             .persist(self.base + off, len)
             .map_err(|e| to_medium("cxl persist", e))
     }
+
+    fn extent_in_use(&self, slot: u32, off: u64, len: u64) -> Result<(), MediumError> {
+        let Some(keys) = &self.keys else {
+            return Ok(());
+        };
+        check_range(self.len, off, len)?;
+        let id = range_id(slot)?;
+        let (start, end) = (self.base + off, self.base + off + len);
+        // Announced again at open: already keyed for exactly this extent.
+        match self.exp.range_key(id) {
+            Some(r) if r == (start, end) => return Ok(()),
+            Some(_) => self
+                .exp
+                .clear_range_key(id)
+                .map_err(|e| to_medium("cxl clear extent key", e))?,
+            None => {}
+        }
+        let Some(key) = keys(slot, off, len) else {
+            return Ok(());
+        };
+        self.exp
+            .set_range_key(id, start, end, &key)
+            .map_err(|e| to_medium("cxl key extent", e))
+    }
+
+    fn extent_released(&self, slot: u32) -> Result<(), MediumError> {
+        if self.keys.is_none() {
+            return Ok(());
+        }
+        let id = range_id(slot)?;
+        if self.exp.range_key(id).is_none() {
+            return Ok(());
+        }
+        self.exp
+            .clear_range_key(id)
+            .map_err(|e| to_medium("cxl clear extent key", e))
+    }
+}
+
+/// TEE range ids are 16-bit: slots beyond that cannot be keyed.
+fn range_id(slot: u32) -> Result<u16, MediumError> {
+    u16::try_from(slot).map_err(|_| MediumError::Io {
+        what: "cxl key extent",
+        source: std::io::Error::other(format!("slot {slot} has no 16-bit TEE range id")),
+    })
 }

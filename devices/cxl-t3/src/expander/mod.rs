@@ -30,7 +30,7 @@
 
 mod medium;
 
-pub use medium::CxlMedium;
+pub use medium::{CxlMedium, ExtentKeys};
 
 use std::io;
 use std::path::PathBuf;
@@ -725,6 +725,11 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
             .set(id, dpa_start, dpa_end, key)?;
         Ok(())
+    }
+
+    /// The `[start, end)` DPA range keyed as `id`, if any (never the key).
+    pub fn range_key(&self, id: u16) -> Option<(u64, u64)> {
+        self.tee_read().range_of(id)
     }
 
     /// Clears range `id`: its cached blocks are written back (encrypted)
