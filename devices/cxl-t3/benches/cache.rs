@@ -138,6 +138,70 @@ fn uffd_run(trace: &[u64], latency_ns: u64) -> (f64, f64) {
     (per(el, fills.max(1)), hit)
 }
 
+/// What one miss is made of (µs per 4 KiB block): a media read of an
+/// unwritten block, a media write, `MADV_DONTNEED` of a resident page,
+/// `UFFDIO_COPY` of a page, `UFFDIO_WRITEPROTECT` of a page.
+fn breakdown() -> [f64; 5] {
+    const N: u64 = 2048;
+    let p = tmp("parts");
+    let (media, _) = cxl_t3::media::Media::open(&p, N * BLOCK, Duration::ZERO).expect("media");
+    let mut page = [0u8; BLOCK as usize];
+    let t = Instant::now();
+    for b in 0..N {
+        media.read_block(b, &mut page).expect("read");
+    }
+    let read = per(t.elapsed(), N);
+    let t = Instant::now();
+    for b in 0..N {
+        media.write_block(b, &page).expect("write");
+    }
+    let write = per(t.elapsed(), N);
+    drop(media);
+    let _ = std::fs::remove_file(&p);
+    let len = (N * BLOCK) as usize;
+    // SAFETY (bench): a fresh private anonymous mapping, unmapped below.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED);
+    let uffd = uffd::Uffd::new().expect("uffd");
+    uffd.register(base as u64, N * BLOCK).expect("register");
+    let t = Instant::now();
+    for b in 0..N {
+        uffd.copy(base as u64 + b * BLOCK, &page, true)
+            .expect("copy");
+    }
+    let copy = per(t.elapsed(), N);
+    let t = Instant::now();
+    for b in 0..N {
+        uffd.write_protect(base as u64 + b * BLOCK, BLOCK, true)
+            .expect("wp");
+    }
+    let wp = per(t.elapsed(), N);
+    let t = Instant::now();
+    for b in 0..N {
+        // SAFETY (bench): one page of our mapping.
+        unsafe {
+            libc::madvise(
+                base.add((b * BLOCK) as usize),
+                BLOCK as usize,
+                libc::MADV_DONTNEED,
+            )
+        };
+    }
+    let dontneed = per(t.elapsed(), N);
+    // SAFETY (bench): the mapping made above.
+    unsafe { libc::munmap(base, len) };
+    [read, write, dontneed, copy, wp]
+}
+
 fn main() {
     println!(
         "cxl-t3 device cache bench: cache {} blocks ({} MiB), {WAYS}-way, media file in {}",
@@ -145,6 +209,9 @@ fn main() {
         (CACHE_BLOCKS * BLOCK) >> 20,
         std::env::temp_dir().display()
     );
+    println!();
+    let [r, w, d, c, wp] = breakdown();
+    println!("parts of a miss (µs/block): media read {r:.2}, media write {w:.2}, MADV_DONTNEED {d:.2}, UFFDIO_COPY {c:.2}, UFFDIO_WRITEPROTECT {wp:.2}");
     println!();
     println!("host path, per block (µs)         | fill (clean victim) | fill (dirty victim) | write-back (flush)");
     for lat in [0, DEFAULT_MEDIA_LATENCY_NS] {
