@@ -448,6 +448,8 @@ static int setup(struct shared *sh, struct bench_root **rootp)
 		if (!sh->arr[i])
 			return fail(sh, "p_malloc array", errno);
 		r->off[i] = p_off(sh->base, sh->arr[i]);
+		if (!r->off[i])
+			return fail(sh, "p_off array", errno);
 		r->bytes[i] = wl_array_bytes(p, i);
 	}
 	wl_init(p, sh->arr);
@@ -538,8 +540,11 @@ static int cmd_run(const struct opts *o)
 			die("pthread_create: %s", strerror(err));
 	}
 	work(&w[0]);
-	for (i = 1; i < o->threads; i++)
-		pthread_join(tids[i], NULL);
+	for (i = 1; i < o->threads; i++) {
+		err = pthread_join(tids[i], NULL);
+		if (err)
+			die("pthread_join: %s", strerror(err));
+	}
 	pthread_barrier_destroy(&sh.bar);
 	if (sh.failed)
 		die("%s", sh.err);
