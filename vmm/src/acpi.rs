@@ -416,7 +416,9 @@ impl Aml for RawAml {
 /// `\_SB.PCI0`: the PCIe root bridge over the ECAM, with its bus range,
 /// the config-space ports it decodes and the windows BARs come from.
 fn pci_host_bridge() -> RawAml {
-    let bus = aml::AddressSpace::<u16>::new_bus_number(0, layout::PCI_BUS_END.into());
+    // The upper buses and the upper part of the 32-bit window belong to
+    // CXL host bridges (see crate::cxl).
+    let bus = aml::AddressSpace::<u16>::new_bus_number(0, layout::PCI0_BUS_END.into());
     let cfg_ports = aml::IO::new(
         layout::PCI_CONFIG_ADDRESS_PORT,
         layout::PCI_CONFIG_ADDRESS_PORT,
@@ -429,7 +431,7 @@ fn pci_host_bridge() -> RawAml {
         aml::AddressSpaceCacheable::NotCacheable,
         true,
         layout::MMIO32_START as u32,
-        (layout::MMIO32_START + layout::MMIO32_SIZE - 1) as u32,
+        (layout::MMIO32_START + layout::PCI0_MMIO32_SIZE - 1) as u32,
         None,
     );
     let mmio64 = aml::AddressSpace::<u64>::new_memory(

@@ -13,6 +13,7 @@
 //! memory = "1G"                      # or a number of bytes
 //! cpus = 2
 //! pmem = ["pmem0.img,256M", "pmem1.img"]
+//! cxl_t3 = ["media=cxl0.img,size=1G,cache=64M"]
 //! console = "stdout"                 # or a file
 //! ```
 //!
@@ -110,6 +111,10 @@ pub enum ConfigError {
     PmemDuplicate { path: PathBuf },
     #[error("pmem devices total {0}: more than the {max} of device memory", max = ByteSize(layout::DEVICE_MEM_SIZE))]
     PmemTooLarge(ByteSize),
+    #[error("cxl-t3 media {}: given twice", path.display())]
+    CxlDuplicate { path: PathBuf },
+    #[error("more than {MAX_CXL_T3} --cxl-t3 devices")]
+    CxlTooMany,
     #[error("console \"{0}\": expected a file name or stdout")]
     InvalidConsole(String),
     #[error("--pmo-design, --pmo-window and --pmo-predictor need --pmo-store")]
@@ -271,6 +276,17 @@ pub struct RunArgs {
     /// repeat for more devices.
     #[arg(long, value_name = "FILE[,SIZE]")]
     pub pmem: Vec<String>,
+    /// CXL Type 3 memory expander with persistent media in FILE (created
+    /// with SIZE, a multiple of 256M, if missing); repeat for more devices.
+    /// lsa: label storage file [default: MEDIA.lsa]; cache: device DRAM
+    /// cache [default: 64M]; ways: its associativity [default: 8]; latency:
+    /// media latency in ns per miss or write-back [default: 25000]; key:
+    /// file with a TEE range key for the whole device.
+    #[arg(
+        long = "cxl-t3",
+        value_name = "media=FILE,size=SIZE[,lsa=FILE][,cache=SIZE][,ways=N][,latency=NS][,key=FILE]"
+    )]
+    pub cxl_t3: Vec<String>,
     /// Where the guest's serial console goes [default: stdout].
     #[arg(long, value_name = "FILE|stdout")]
     pub console: Option<String>,
@@ -317,7 +333,38 @@ pub struct VmConfig {
     pub console: ConsoleOutput,
     /// The PMO device, when a store is given.
     pub pmo: Option<PmoConfig>,
+    /// CXL Type 3 memory expanders, in command-line order.
+    pub cxl_t3: Vec<CxlT3Config>,
 }
+
+/// One CXL Type 3 memory expander.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CxlT3Config {
+    /// Persistent media file; created with `size` bytes when missing.
+    pub media: PathBuf,
+    /// Capacity: a non-zero multiple of [`CXL_ALIGN`].
+    pub size: u64,
+    /// Label storage area file.
+    pub lsa: PathBuf,
+    /// Device DRAM cache in bytes: a non-zero multiple of 4 KiB.
+    pub cache: u64,
+    /// Cache associativity, `1..=MAX_CXL_WAYS`.
+    pub ways: usize,
+    /// Media latency charged per miss and per write-back.
+    pub latency_ns: u64,
+    /// File holding a TEE range key programmed over the whole device.
+    pub key: Option<PathBuf>,
+}
+
+/// CXL decoders and memory windows work in 256 MiB units.
+pub const CXL_ALIGN: u64 = 256 * MIB;
+pub const DEFAULT_CXL_CACHE: u64 = 64 * MIB;
+pub const DEFAULT_CXL_WAYS: usize = 8;
+pub const MAX_CXL_WAYS: usize = 64;
+/// NAND-like: tens of microseconds per media access.
+pub const DEFAULT_CXL_LATENCY_NS: u64 = 25_000;
+/// One host bridge per device; the layout has room for this many.
+pub const MAX_CXL_T3: usize = layout::CXL_MAX_HOST_BRIDGES;
 
 /// The PMO device's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -375,6 +422,7 @@ struct FileConfig {
     pmo_store: Option<String>,
     pmo_design: Option<String>,
     pmo_window: Option<toml::Value>,
+    cxl_t3: Option<Vec<String>>,
 }
 
 /// A pmem device as written, before its file is looked at.
@@ -397,6 +445,7 @@ struct Settings {
     pmo_store: Option<PmemSpec>,
     pmo_design: Option<String>,
     pmo_window: Option<String>,
+    cxl_t3: Option<Vec<CxlT3Config>>,
 }
 
 impl Settings {
@@ -429,6 +478,15 @@ impl Settings {
                 .transpose()?,
             pmo_design: args.pmo_design.clone(),
             pmo_window: args.pmo_window.clone(),
+            cxl_t3: match args.cxl_t3.as_slice() {
+                [] => None,
+                specs => Some(
+                    specs
+                        .iter()
+                        .map(|s| parse_cxl_t3(s, here))
+                        .collect::<Result<_, _>>()?,
+                ),
+            },
         })
     }
 
@@ -484,6 +542,10 @@ impl Settings {
                 .pmo_window
                 .map(|v| scalar("pmo_window", v))
                 .transpose()?,
+            cxl_t3: file
+                .cxl_t3
+                .map(|specs| specs.iter().map(|s| parse_cxl_t3(s, base)).collect())
+                .transpose()?,
         })
     }
 
@@ -501,6 +563,7 @@ impl Settings {
             pmo_store: over.pmo_store.or(self.pmo_store),
             pmo_design: over.pmo_design.or(self.pmo_design),
             pmo_window: over.pmo_window.or(self.pmo_window),
+            cxl_t3: over.cxl_t3.or(self.cxl_t3),
         }
     }
 }
@@ -518,6 +581,76 @@ fn parse_store(text: &str, base: &Path) -> Result<PmemSpec, ConfigError> {
     Ok(PmemSpec {
         path: base.join(opts.required("path")?),
         size: opts.size("size")?,
+    })
+}
+
+/// Parses `--cxl-t3`; every value is checked here, the files in `validate`.
+fn parse_cxl_t3(text: &str, base: &Path) -> Result<CxlT3Config, ConfigError> {
+    let opts = OptionList::parse(
+        "cxl-t3",
+        text,
+        &["media", "size", "lsa", "cache", "ways", "latency", "key"],
+        0,
+    )?;
+    let media = base.join(opts.required("media")?);
+    let size = opts
+        .size("size")?
+        .ok_or_else(|| opts.error("missing size".into()))?;
+    if size == 0 || !size.is_multiple_of(CXL_ALIGN) {
+        return Err(opts.error(format!(
+            "size {} is not a non-zero multiple of 256M",
+            ByteSize(size)
+        )));
+    }
+    let cache = opts.size("cache")?.unwrap_or(DEFAULT_CXL_CACHE);
+    if cache == 0 || !cache.is_multiple_of(4 * KIB) {
+        return Err(opts.error(format!(
+            "cache {} is not a non-zero multiple of 4K",
+            ByteSize(cache)
+        )));
+    }
+    let ways = match opts.get("ways") {
+        Some(w) => w
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_CXL_WAYS).contains(n))
+            .ok_or_else(|| {
+                opts.error(format!(
+                    "ways \"{w}\" is not a number from 1 to {MAX_CXL_WAYS}"
+                ))
+            })?,
+        None => DEFAULT_CXL_WAYS,
+    };
+    if !(cache / (4 * KIB)).is_multiple_of(ways as u64) {
+        return Err(opts.error(format!(
+            "cache {} does not divide into {ways} ways of 4K blocks",
+            ByteSize(cache)
+        )));
+    }
+    let latency_ns = match opts.get("latency") {
+        Some(l) => l
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n <= 1_000_000_000)
+            .ok_or_else(|| opts.error(format!("latency \"{l}\" is not a number of ns up to 1s")))?,
+        None => DEFAULT_CXL_LATENCY_NS,
+    };
+    let lsa = match opts.get("lsa") {
+        Some(l) => base.join(l),
+        None => {
+            let mut name = media.clone().into_os_string();
+            name.push(".lsa");
+            PathBuf::from(name)
+        }
+    };
+    Ok(CxlT3Config {
+        media,
+        size,
+        lsa,
+        cache,
+        ways,
+        latency_ns,
+        key: opts.get("key").map(|k| base.join(k)),
     })
 }
 
@@ -638,6 +771,23 @@ impl VmConfig {
             }
         };
 
+        let cxl_t3 = s.cxl_t3.unwrap_or_default();
+        if cxl_t3.len() > MAX_CXL_T3 {
+            return Err(ConfigError::CxlTooMany);
+        }
+        for (i, d) in cxl_t3.iter().enumerate() {
+            if cxl_t3[..i].iter().any(|o| o.media == d.media) {
+                return Err(ConfigError::CxlDuplicate {
+                    path: d.media.clone(),
+                });
+            }
+            check_parent_dir("cxl-t3 media", &d.media)?;
+            check_parent_dir("cxl-t3 LSA", &d.lsa)?;
+            if let Some(key) = &d.key {
+                check_readable("cxl-t3 key file", key)?;
+            }
+        }
+
         Ok(VmConfig {
             kernel,
             initrd: s.initrd,
@@ -647,6 +797,7 @@ impl VmConfig {
             pmem,
             console,
             pmo,
+            cxl_t3,
         })
     }
 }
@@ -953,6 +1104,7 @@ mod tests {
                 ],
                 console: ConsoleOutput::File(s.path("console.log")),
                 pmo: None,
+                cxl_t3: vec![],
             }
         );
         // Validation created nothing.
@@ -1370,5 +1522,80 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(p.pmo.unwrap().predictor.as_deref(), Some("stride:8"));
+    }
+
+    #[test]
+    fn cxl_t3_options() {
+        let s = Scratch::new("cxl");
+        let k = s.arg("bzImage");
+        s.file("key", 32);
+        let ok = VmConfig::from_args(&args(&[
+            "--kernel",
+            &k,
+            "--cxl-t3",
+            &format!("media={},size=1G", s.arg("a.img")),
+            "--cxl-t3",
+            &format!(
+                "media={},size=512M,lsa={},cache=8M,ways=4,latency=0,key={}",
+                s.arg("b.img"),
+                s.arg("b.labels"),
+                s.arg("key")
+            ),
+        ]))
+        .unwrap();
+        assert_eq!(
+            ok.cxl_t3,
+            vec![
+                CxlT3Config {
+                    media: s.path("a.img"),
+                    size: GIB,
+                    lsa: s.path("a.img.lsa"),
+                    cache: DEFAULT_CXL_CACHE,
+                    ways: DEFAULT_CXL_WAYS,
+                    latency_ns: DEFAULT_CXL_LATENCY_NS,
+                    key: None,
+                },
+                CxlT3Config {
+                    media: s.path("b.img"),
+                    size: 512 * MIB,
+                    lsa: s.path("b.labels"),
+                    cache: 8 * MIB,
+                    ways: 4,
+                    latency_ns: 0,
+                    key: Some(s.path("key")),
+                },
+            ]
+        );
+        let media = s.arg("c.img");
+        let e = |opt: &str| err(&["--kernel", &k, "--cxl-t3", opt]);
+        assert_eq!(
+            e(&format!("media={media},size=100M")),
+            format!("invalid cxl-t3 \"media={media},size=100M\": size 100M is not a non-zero multiple of 256M")
+        );
+        assert_eq!(
+            e(&format!("media={media}")),
+            format!("invalid cxl-t3 \"media={media}\": missing size")
+        );
+        assert!(e(&format!("media={media},size=1G,colour=red")).contains("unknown key \"colour\""));
+        assert!(e(&format!("media={media},size=1G,ways=0")).contains("ways \"0\""));
+        assert!(e(&format!("media={media},size=1G,cache=6K")).contains("cache 6K"));
+        assert!(e(&format!("media={media},size=1G,cache=12K,ways=8")).contains("does not divide"));
+        assert!(e(&format!("media={media},size=1G,latency=x")).contains("latency \"x\""));
+        assert!(e(&format!("media={media},size=1G,key={}", s.arg("nokey")))
+            .starts_with("cxl-t3 key file"));
+        assert!(e("size=1G").contains("missing media"));
+        let twice = format!("media={media},size=1G");
+        assert_eq!(
+            err(&["--kernel", &k, "--cxl-t3", &twice, "--cxl-t3", &twice]),
+            format!("cxl-t3 media {media}: given twice")
+        );
+        // The TOML file takes the same strings, paths relative to it.
+        std::fs::write(
+            s.path("vm.toml"),
+            "kernel = \"bzImage\"\ncxl_t3 = [\"media=a.img,size=1G\"]\n",
+        )
+        .unwrap();
+        let t = VmConfig::from_args(&args(&["--config", &s.arg("vm.toml")])).unwrap();
+        assert_eq!(t.cxl_t3, ok.cxl_t3[..1].to_vec());
     }
 }

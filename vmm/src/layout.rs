@@ -8,11 +8,13 @@
 //!   0x000e_0000 .. 0x0010_0000  ACPI tables (RSDP first), not RAM in E820
 //!   0x0010_0000 .. RAM_LOW_END  RAM
 //!   0xc000_0000 .. 0xe000_0000  PCI 32-bit MMIO window (BARs)
+//!   0xd000_0000 .. 0xe000_0000    the part of it behind CXL host bridges
 //!   0xe000_0000 .. 0xf000_0000  PCIe ECAM (256 buses), reserved in E820
+//!   0xf000_0000 .. +1 MiB       CXL host bridge component blocks (CEDT CHBS)
 //!   0xfec0_0000                 IOAPIC
 //!   0xfee0_0000                 local APIC
 //!   0x1_0000_0000 ..            high RAM (whatever did not fit below 3 GiB)
-//!   0x20_0000_0000 .. +128 GiB  device memory (virtio-pmem regions, ...)
+//!   0x20_0000_0000 .. +128 GiB  device memory (virtio-pmem regions, CXL fixed memory windows)
 //!   0x40_0000_0000 .. +256 GiB  PCI 64-bit MMIO window (BARs)
 //! ```
 //!
@@ -56,6 +58,23 @@ pub const RAM_LOW_END: u64 = 0xc000_0000;
 /// PCI 32-bit MMIO window for BARs.
 pub const MMIO32_START: u64 = 0xc000_0000;
 pub const MMIO32_SIZE: u64 = 0x2000_0000;
+
+/// Buses and 32-bit window of the main root bridge (`\_SB.PCI0`); the
+/// rest of each belongs to CXL host bridges.
+pub const PCI0_BUS_END: u8 = 0x7f;
+pub const PCI0_MMIO32_SIZE: u64 = 0x1000_0000;
+
+/// CXL host bridges: bridge `i` owns buses `CXL_BUS_START + i * CXL_BUSES_PER_BRIDGE ..`
+/// (its root bus, then the root port's secondary bus), a 1 MiB slice of the
+/// 32-bit window at `CXL_MMIO32_START + i MiB`, and a 64 KiB component
+/// block at `CXL_CHBS_START + i * 64 KiB`.
+pub const CXL_MAX_HOST_BRIDGES: usize = 16;
+pub const CXL_BUS_START: u8 = PCI0_BUS_END + 1;
+pub const CXL_BUSES_PER_BRIDGE: u8 = 8;
+pub const CXL_MMIO32_START: u64 = MMIO32_START + PCI0_MMIO32_SIZE;
+pub const CXL_MMIO32_PER_BRIDGE: u64 = 1 << 20;
+pub const CXL_CHBS_START: u64 = 0xf000_0000;
+pub const CXL_CHBS_SIZE: u64 = 0x1_0000;
 
 /// PCIe enhanced configuration access mechanism (1 MiB per bus).
 pub const ECAM_START: u64 = 0xe000_0000;
@@ -108,6 +127,16 @@ pub fn ram_regions(mem_size: u64) -> Vec<(u64, u64)> {
 
 const _: () = assert!(MMIO64_START + MMIO64_SIZE <= 1 << 39);
 const _: () = assert!(ECAM_START + ECAM_SIZE <= IOAPIC_START);
+const _: () = assert!(
+    CXL_BUS_START as usize + CXL_MAX_HOST_BRIDGES * CXL_BUSES_PER_BRIDGE as usize
+        <= PCI_BUS_END as usize + 1
+);
+const _: () = assert!(
+    CXL_MMIO32_START + CXL_MAX_HOST_BRIDGES as u64 * CXL_MMIO32_PER_BRIDGE
+        <= MMIO32_START + MMIO32_SIZE
+);
+const _: () = assert!(ECAM_START + ECAM_SIZE <= CXL_CHBS_START);
+const _: () = assert!(CXL_CHBS_START + CXL_MAX_HOST_BRIDGES as u64 * CXL_CHBS_SIZE <= IOAPIC_START);
 
 #[cfg(test)]
 mod tests {
@@ -121,6 +150,7 @@ mod tests {
             (ECAM_START, ECAM_SIZE),
             (DEVICE_MEM_START, DEVICE_MEM_SIZE),
             (MMIO64_START, MMIO64_SIZE),
+            (CXL_CHBS_START, CXL_MAX_HOST_BRIDGES as u64 * CXL_CHBS_SIZE),
         ];
         for (i, a) in fixed.iter().enumerate() {
             for b in fixed.iter().skip(i + 1) {

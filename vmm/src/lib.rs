@@ -6,6 +6,7 @@ pub mod boot;
 pub mod bus;
 pub mod config;
 pub mod cpu;
+pub mod cxl;
 pub mod exit;
 pub mod layout;
 pub mod legacy;

@@ -15,8 +15,9 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use crate::acpi::{self, AcpiConfig};
 use crate::boot::{self, BootError};
 use crate::bus::{Bus, BusDevice, BusError};
-use crate::config::PmoConfig;
+use crate::config::{CxlT3Config, PmoConfig, CXL_ALIGN};
 use crate::cpu::{CpuError, RefusedPages, Vcpu};
+use crate::cxl::{self, CxlError, CxlMemdev, HostBridge};
 use crate::exit::{ExitReason, VmExit};
 use crate::layout;
 use crate::legacy::{self, AcpiPower, I8042Reset, PvPanic, SerialConsole};
@@ -42,6 +43,7 @@ pub struct MachineConfig {
     pub pmem: Vec<(PathBuf, Option<u64>)>,
     pub console: Console,
     pub pmo: Option<PmoConfig>,
+    pub cxl_t3: Vec<CxlT3Config>,
 }
 
 /// Fault-service threads of the PMO window: enough to overlap decryption
@@ -91,6 +93,8 @@ pub enum MachineError {
         what: &'static str,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Cxl(#[from] CxlError),
     #[error("device memory area exhausted")]
     DeviceMemory,
 }
@@ -111,6 +115,8 @@ pub struct Machine {
     pmem_files: Vec<Arc<File>>,
     /// The PMO service, detached cleanly when the guest stops.
     pmo: Option<Arc<PmoService>>,
+    /// CXL expanders: flushed and marked clean (GPF) when the machine stops.
+    expanders: Vec<Arc<cxl_t3::expander::Expander>>,
 }
 
 fn io_err(what: &'static str) -> impl Fn(std::io::Error) -> MachineError {
@@ -172,7 +178,7 @@ impl Machine {
             layout::ECAM_SIZE,
             Arc::new(Mutex::new(Ecam(root.clone()))),
         )?;
-        let mut mmio32 = Window::new(layout::MMIO32_START, layout::MMIO32_SIZE);
+        let mut mmio32 = Window::new(layout::MMIO32_START, layout::PCI0_MMIO32_SIZE);
         let mut devmem = Window::new(layout::DEVICE_MEM_START, layout::DEVICE_MEM_SIZE);
 
         let mut slots = Vec::new();
@@ -242,7 +248,32 @@ impl Machine {
             pmo_service = Some(service);
         }
 
-        let acpi_cfg = AcpiConfig::new(cfg.cpus);
+        // CXL memory expanders, each on a host bridge of its own.
+        let mut bridges = Vec::new();
+        let mut expanders = Vec::new();
+        for (i, c) in cfg.cxl_t3.iter().enumerate() {
+            let window = devmem
+                .alloc(c.size, CXL_ALIGN)
+                .map_err(|_| MachineError::DeviceMemory)?;
+            let bridge = HostBridge::new(i, window, c.size)?;
+            let dev = CxlMemdev::new(c, bridge, vm.slot_mapper())?;
+            expanders.push(dev.expander().clone());
+            let dev = Arc::new(Mutex::new(dev));
+            cxl::plug(
+                &mut root.lock().unwrap_or_else(|e| e.into_inner()),
+                &bridge,
+                dev,
+            )?;
+            bridges.push(bridge);
+        }
+        let cxl_dsdt = cxl::dsdt(&bridges);
+        let cedt = cxl::cedt(&bridges);
+
+        let mut acpi_cfg = AcpiConfig::new(cfg.cpus);
+        if !bridges.is_empty() {
+            acpi_cfg.extra_dsdt.push(&cxl_dsdt);
+            acpi_cfg.extra_tables.push(&cedt);
+        }
         let rsdp = acpi::create_acpi_tables(vm.memory(), &acpi_cfg)?;
         let entry = boot::load(
             vm.memory(),
@@ -270,15 +301,18 @@ impl Machine {
             serial,
             pmem_files,
             pmo: pmo_service,
+            expanders,
             _slots: slots,
         })
     }
 
-    /// Runs the guest until it powers off, resets, panics or fails.
+    /// Runs the guest until it powers off, resets, panics or fails, or the
+    /// VMM gets SIGTERM (see [`block_sigterm`]).
     pub fn run(&mut self, interactive: bool) -> Result<ExitReason, MachineError> {
         if interactive {
             legacy::spawn_stdin_reader(self.serial.clone());
         }
+        spawn_sigterm_waiter(self.exit.clone());
         for vcpu in self.vcpus.drain(..) {
             // vCPU threads are not joined: they may sit in KVM_RUN; the
             // process exit (or VM teardown) ends them.
@@ -299,6 +333,54 @@ impl Machine {
                 log::error!("flush pmem: {e}");
             }
         }
+        for (i, e) in self.expanders.iter().enumerate() {
+            // GPF: dirty cache blocks to media, then the clean-shutdown mark.
+            match e.shutdown() {
+                Ok(()) => log::info!("cxl-t3 {i}: flushed, {:?}", e.stats()),
+                Err(err) => log::error!("cxl-t3 {i}: shutdown flush: {err}"),
+            }
+        }
         Ok(reason)
+    }
+}
+
+/// Blocks SIGTERM in the calling thread and every thread it starts later,
+/// so that [`Machine::run`]'s waiter thread receives it and the machine
+/// stops the ordinary way: device state (PMO sessions, pmem files, CXL
+/// caches) reaches the host files before the process exits. Call it first
+/// thing, before any thread exists.
+pub fn block_sigterm() -> std::io::Result<()> {
+    // SAFETY: plain signal-mask calls on a local, initialised sigset.
+    let rc = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut())
+    };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Waits for SIGTERM (blocked by [`block_sigterm`]) and ends the run.
+fn spawn_sigterm_waiter(exit: Arc<VmExit>) {
+    let spawned = std::thread::Builder::new()
+        .name("sigterm".into())
+        .spawn(move || {
+            // SAFETY: sigwait on a local, initialised set; `sig` is written by it.
+            let (rc, sig) = unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, libc::SIGTERM);
+                let mut sig = 0;
+                (libc::sigwait(&set, &mut sig), sig)
+            };
+            if rc == 0 && sig == libc::SIGTERM {
+                exit.set(ExitReason::Error("terminated by SIGTERM".into()));
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("no SIGTERM handling: {e}");
     }
 }

@@ -30,6 +30,38 @@ enum Command {
     /// Manage a PMO store file on the host (the guest is not involved).
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Manage CXL Type 3 media files on the host (the guest is not involved).
+    #[command(subcommand)]
+    Cxl(CxlCommand),
+}
+
+#[derive(Subcommand)]
+enum CxlCommand {
+    /// Create the media file of a --cxl-t3 device (refuses to overwrite a non-empty file),
+    /// so its final size is known before a VM starts.
+    Create {
+        file: PathBuf,
+        /// Device capacity: a non-zero multiple of 256M.
+        #[arg(long)]
+        size: String,
+    },
+}
+
+fn cxl(cmd: CxlCommand) -> Result<(), String> {
+    match cmd {
+        CxlCommand::Create { file, size } => {
+            refuse_overwrite(&file)?;
+            let size = pmovmm::config::parse_size(&size).map_err(|e| e.to_string())?;
+            if size == 0 || !size.is_multiple_of(pmovmm::config::CXL_ALIGN) {
+                return Err(format!("size {size}: not a non-zero multiple of 256M"));
+            }
+            let cfg = cxl_t3::expander::ExpanderConfig::new(&file, size);
+            let e = |err: cxl_t3::expander::ExpanderError| format!("{}: {err}", file.display());
+            let exp = cxl_t3::expander::Expander::open(&cfg).map_err(e)?;
+            exp.shutdown().map_err(e)?;
+        }
+    }
+    Ok(())
 }
 
 #[derive(Subcommand)]
@@ -159,11 +191,13 @@ fn machine_config(cfg: VmConfig) -> MachineConfig {
             ConsoleOutput::File(p) => Console::File(p),
         },
         pmo: cfg.pmo,
+        cxl_t3: cfg.cxl_t3,
     }
 }
 
 fn run(args: &RunArgs) -> Result<std::convert::Infallible, String> {
     let cfg = VmConfig::from_args(args).map_err(|e| e.to_string())?;
+    pmovmm::machine::block_sigterm().map_err(|e| format!("block SIGTERM: {e}"))?;
     let interactive = cfg.console == ConsoleOutput::Stdout && std::io::stdin().is_terminal();
     let mut machine = Machine::new(&machine_config(cfg)).map_err(|e| e.to_string())?;
     let reason = machine.run(interactive).map_err(|e| e.to_string())?;
@@ -187,6 +221,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run(&args).map(|never| match never {}),
         Command::Store(cmd) => store(cmd),
+        Command::Cxl(cmd) => cxl(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

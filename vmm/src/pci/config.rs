@@ -219,6 +219,15 @@ impl PciConfig {
         Ok(off)
     }
 
+    /// Sets register `reg` and the mask of its guest-writable bits, for
+    /// headers this type does not build itself (a bridge's type-1 header).
+    pub fn init_reg(&mut self, reg: usize, value: u32, wmask: u32) {
+        if let (Some(r), Some(m)) = (self.regs.get_mut(reg), self.wmask.get_mut(reg)) {
+            *r = value;
+            *m = wmask;
+        }
+    }
+
     fn put_byte(&mut self, off: usize, v: u8) {
         let shift = (off % 4) * 8;
         let r = &mut self.regs[off / 4];

@@ -1,8 +1,14 @@
-//! A PCIe root complex: one segment, bus 0, reached through ECAM and the
-//! legacy 0xCF8/0xCFC mechanism, with BARs routed onto the MMIO bus.
+//! A PCIe root complex: one segment reached through ECAM and the legacy
+//! 0xCF8/0xCFC mechanism, with BARs routed onto the MMIO bus.
+//!
+//! Functions sit on a root bus (bus 0, or the root bus of a CXL host
+//! bridge) or behind a root port; a config cycle for a bus that is no root
+//! bus goes to the function behind the port whose secondary bus it is, as
+//! the guest has programmed it.
 
 pub mod config;
 pub mod msix;
+pub mod root_port;
 pub mod virtio;
 
 use std::collections::BTreeMap;
@@ -20,6 +26,10 @@ pub trait PciDevice: Send {
     fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]);
     /// The guest moved, enabled (`old` is `None`) or disabled (`new` is `None`) a BAR.
     fn bar_moved(&mut self, _bar: usize, _old: Option<u64>, _new: Option<u64>) {}
+    /// For a bridge: the bus number behind it, as the guest programmed it.
+    fn secondary_bus(&self) -> Option<u8> {
+        None
+    }
 }
 
 /// Errors building the PCI topology.
@@ -27,6 +37,10 @@ pub trait PciDevice: Send {
 pub enum PciError {
     #[error("no free PCI slot on bus 0")]
     NoSlot,
+    #[error("PCI function {0:02x}:{1:02x}.{2} is taken")]
+    Taken(u8, u8, u8),
+    #[error("no bridge at {0:02x}:{1:02x}.{2} to plug a function behind")]
+    NoBridge(u8, u8, u8),
     #[error("PCI window exhausted allocating {0:#x} bytes")]
     NoSpace(u64),
     #[error("map BAR: {0}")]
@@ -106,9 +120,11 @@ struct Slot {
     mapped: BTreeMap<usize, u64>,
 }
 
-/// Bus 0 of segment 0.
+/// Segment 0: functions on root buses, keyed by (bus, devfn), and the one
+/// function (device 0) behind each root port, keyed by the port's address.
 pub struct PciRoot {
-    slots: BTreeMap<u8, Slot>,
+    slots: BTreeMap<(u8, u8), Slot>,
+    behind: BTreeMap<(u8, u8), Slot>,
     mmio: Arc<Bus>,
 }
 
@@ -127,10 +143,11 @@ impl PciRoot {
     pub fn new(mmio: Arc<Bus>) -> Self {
         let mut root = PciRoot {
             slots: BTreeMap::new(),
+            behind: BTreeMap::new(),
             mmio,
         };
         root.slots.insert(
-            0,
+            (0, 0),
             Slot {
                 dev: Arc::new(Mutex::new(HostBridge {
                     config: PciConfig::new(HOST_BRIDGE_IDS),
@@ -145,24 +162,89 @@ impl PciRoot {
     pub fn add(&mut self, dev: Arc<Mutex<dyn PciDevice>>) -> Result<u8, PciError> {
         let devfn = (1..32u8)
             .map(|d| d << 3)
-            .find(|df| !self.slots.contains_key(df))
+            .find(|df| !self.slots.contains_key(&(0, *df)))
             .ok_or(PciError::NoSlot)?;
+        self.add_at(0, devfn, dev)?;
+        Ok(devfn)
+    }
+
+    /// Plugs a function at `bus`/`devfn` of a root bus.
+    pub fn add_at(
+        &mut self,
+        bus: u8,
+        devfn: u8,
+        dev: Arc<Mutex<dyn PciDevice>>,
+    ) -> Result<(), PciError> {
+        if self.slots.contains_key(&(bus, devfn)) {
+            return Err(PciError::Taken(bus, devfn >> 3, devfn & 7));
+        }
         self.slots.insert(
-            devfn,
+            (bus, devfn),
             Slot {
                 dev,
                 mapped: BTreeMap::new(),
             },
         );
-        Ok(devfn)
+        Ok(())
+    }
+
+    /// Plugs a function as device 0 behind the bridge at `bus`/`devfn`.
+    pub fn add_behind(
+        &mut self,
+        bus: u8,
+        devfn: u8,
+        dev: Arc<Mutex<dyn PciDevice>>,
+    ) -> Result<(), PciError> {
+        if !self.slots.contains_key(&(bus, devfn)) {
+            return Err(PciError::NoBridge(bus, devfn >> 3, devfn & 7));
+        }
+        if self.behind.contains_key(&(bus, devfn)) {
+            return Err(PciError::Taken(bus, devfn >> 3, devfn & 7));
+        }
+        self.behind.insert(
+            (bus, devfn),
+            Slot {
+                dev,
+                mapped: BTreeMap::new(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Where a config cycle for `bus`/`devfn` goes: a root-bus function, or
+    /// device 0 behind the bridge whose secondary bus is `bus`.
+    fn route(&self, bus: u8, devfn: u8) -> Option<Route> {
+        if self.slots.contains_key(&(bus, devfn)) {
+            return Some(Route::Root(bus, devfn));
+        }
+        if devfn != 0 {
+            return None;
+        }
+        self.behind
+            .keys()
+            .find(|key| {
+                self.slots.get(key).is_some_and(|bridge| {
+                    bridge
+                        .dev
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .secondary_bus()
+                        == Some(bus)
+                })
+            })
+            .map(|key| Route::Behind(key.0, key.1))
+    }
+
+    fn slot(&self, bus: u8, devfn: u8) -> Option<&Slot> {
+        match self.route(bus, devfn)? {
+            Route::Root(b, d) => self.slots.get(&(b, d)),
+            Route::Behind(b, d) => self.behind.get(&(b, d)),
+        }
     }
 
     /// Config read of register `reg` of bus/devfn; absent functions read all-ones.
     pub fn config_read(&self, bus: u8, devfn: u8, reg: usize) -> u32 {
-        if bus != 0 {
-            return 0xffff_ffff;
-        }
-        match self.slots.get(&devfn) {
+        match self.slot(bus, devfn) {
             Some(s) => s
                 .dev
                 .lock()
@@ -174,10 +256,12 @@ impl PciRoot {
     }
 
     pub fn config_write(&mut self, bus: u8, devfn: u8, reg: usize, offset: usize, data: &[u8]) {
-        if bus != 0 {
-            return;
-        }
-        let Some(slot) = self.slots.get_mut(&devfn) else {
+        let slot = match self.route(bus, devfn) {
+            Some(Route::Root(b, d)) => self.slots.get_mut(&(b, d)),
+            Some(Route::Behind(b, d)) => self.behind.get_mut(&(b, d)),
+            None => None,
+        };
+        let Some(slot) = slot else {
             return;
         };
         let mut dev = slot.dev.lock().unwrap_or_else(|e| e.into_inner());
@@ -213,6 +297,12 @@ impl PciRoot {
             }
         }
     }
+}
+
+/// Which map holds the target of a config cycle.
+enum Route {
+    Root(u8, u8),
+    Behind(u8, u8),
 }
 
 /// Splits an ECAM offset into (bus, devfn, register, byte offset).
@@ -412,6 +502,48 @@ mod tests {
         // The host bridge answers at 00.0.
         ecam.read(0, &mut d);
         assert_eq!(u32::from_le_bytes(d), 0x0008_1b36);
+    }
+
+    #[test]
+    fn config_cycles_reach_functions_behind_a_root_port() {
+        let mmio = Arc::new(Bus::new());
+        let mut root = PciRoot::new(mmio.clone());
+        let port = Arc::new(Mutex::new(root_port::RootPort::new(
+            0x80,
+            0x81,
+            0xd000_0000,
+            1 << 20,
+        )));
+        root.add_at(0x80, 0, port).unwrap();
+        let mut cfg = PciConfig::new(HOST_BRIDGE_IDS);
+        cfg.add_bar(0, 0x1000, BarKind::Mem32).unwrap();
+        cfg.set_bar_addr(0, 0xd000_0000);
+        let probe = Arc::new(Mutex::new(Probe {
+            config: cfg,
+            moved: vec![],
+            last_write: None,
+        }));
+        assert!(matches!(
+            root.add_behind(0x90, 0, probe.clone()),
+            Err(PciError::NoBridge(0x90, 0, 0))
+        ));
+        root.add_behind(0x80, 0, probe.clone()).unwrap();
+        assert!(matches!(
+            root.add_behind(0x80, 0, probe.clone()),
+            Err(PciError::Taken(..))
+        ));
+        // The port answers on its root bus, the function on the secondary bus, device 0 only.
+        assert_eq!(root.config_read(0x80, 0, 2) >> 8, 0x06_04_00);
+        assert_eq!(root.config_read(0x81, 0, 0), 0x0008_1b36);
+        assert_eq!(root.config_read(0x81, 8, 0), 0xffff_ffff);
+        assert_eq!(root.config_read(0x82, 0, 0), 0xffff_ffff);
+        // Memory decode on through the secondary bus maps the BAR.
+        root.config_write(0x81, 0, 1, 0, &[0x02]);
+        assert_eq!(probe.lock().unwrap().moved, vec![(0, None, 0xd000_0000)]);
+        // The guest renumbers the secondary bus: routing follows.
+        root.config_write(0x80, 0, 6, 1, &[0x85]);
+        assert_eq!(root.config_read(0x81, 0, 0), 0xffff_ffff);
+        assert_eq!(root.config_read(0x85, 0, 0), 0x0008_1b36);
     }
 
     #[test]
