@@ -81,6 +81,46 @@ echo "$kbuild" >"$out/kernel-build-dir"
 # 2b. PMO guest side (owned with guest/driver): pmo.ko, libpmo, pmo CLI and test programs.
 "$guest/build-pmo.sh" || die "guest/build-pmo.sh failed"
 
+# 2c. CXL / NVDIMM user space: Debian's ndctl package (cxl, ndctl, daxctl) with the shared
+# libraries they need. The packages are extracted (never installed); libraries that are not in
+# them are taken from this machine (same Debian release as the guest kernel), found by ldd.
+ndctl_pkgs=(ndctl daxctl libcxl1 libndctl6 libdaxctl1 libtraceevent1 libtracefs1 libiniparser1)
+ndctl_dir="$out/ndctl"
+if [[ ! -f "$ndctl_dir/.done" ]]; then
+    log "fetching ${ndctl_pkgs[*]}"
+    rm -rf "$ndctl_dir"
+    mkdir -p "$ndctl_dir/debs" "$ndctl_dir/x" "$ndctl_dir/stage/usr/bin"
+    sandbox=()
+    [[ $(id -u) -eq 0 ]] && sandbox=(-o APT::Sandbox::User=root)
+    (cd "$ndctl_dir/debs" && apt-get download -q "${sandbox[@]}" "${ndctl_pkgs[@]}" >&2) ||
+        die "apt-get download ${ndctl_pkgs[*]} failed"
+    for deb in "$ndctl_dir"/debs/*.deb; do dpkg-deb -x "$deb" "$ndctl_dir/x"; done
+    xlib="$ndctl_dir/x/usr/lib/x86_64-linux-gnu"
+    for b in cxl ndctl daxctl; do
+        cp "$ndctl_dir/x/usr/bin/$b" "$ndctl_dir/stage/usr/bin/$b"
+        libs=$(LD_LIBRARY_PATH="$xlib" ldd "$ndctl_dir/x/usr/bin/$b") || die "ldd $b failed"
+        ! grep -q "not found" <<<"$libs" || die "$b: missing libraries: $(grep 'not found' <<<"$libs")"
+        for lib in $(awk '/=>/ { print $3; next } /^\t\// { print $1 }' <<<"$libs"); do
+            case "$lib" in
+            "$xlib"/*) dst="$ndctl_dir/stage/lib/x86_64-linux-gnu/$(basename "$lib")" ;;
+            /lib64/*) dst="$ndctl_dir/stage$lib" ;;
+            *) dst="$ndctl_dir/stage/lib/x86_64-linux-gnu/$(basename "$lib")" ;;
+            esac
+            mkdir -p "$(dirname "$dst")"
+            cp -L "$lib" "$dst"
+        done
+    done
+    touch "$ndctl_dir/.done"
+fi
+
+# 2d. CXL test tools (static, musl): daxrw reads and writes a device-DAX namespace.
+mkdir -p "$out/cxl-bin"
+if [[ ! -x "$out/cxl-bin/daxrw" || "$guest/cxl/daxrw.c" -nt "$out/cxl-bin/daxrw" ]]; then
+    musl-gcc -static -O2 -std=c11 -Wall -Wextra -Werror "$guest/cxl/daxrw.c" \
+        -o "$out/cxl-bin/daxrw.tmp" || die "daxrw build failed"
+    mv "$out/cxl-bin/daxrw.tmp" "$out/cxl-bin/daxrw"
+fi
+
 # resolve_modules LISTFILE: module paths (relative to $moddir) in load order, dependencies
 # first, from modules.dep. Fails on a required module the kernel has neither as a module
 # nor built in.
@@ -184,10 +224,13 @@ guest_root() {
     # PMO driver and static programs from guest/build-pmo.sh (/init insmods extra/*.ko).
     cp "$out/pmo.ko" "$root/lib/modules/extra/pmo.ko"
     cp "$out"/pmo-bin/* "$root/bin/"
+    # cxl, ndctl, daxctl and their libraries (step 2c).
+    cp -a "$ndctl_dir/stage/." "$root/"
+    cp "$out"/cxl-bin/* "$root/bin/"
 }
 build_image "guest initramfs" "$out/initramfs.cpio.gz" guest_root \
     "$guest/init" "$guest/lib" "$guest/scenarios" "$guest/modules.list" \
-    "$out/pmo.ko" "$out/pmo-bin"
+    "$out/pmo.ko" "$out/pmo-bin" "$ndctl_dir/stage" "$out/cxl-bin"
 
 # 4. The nested test host (L1) base image; see tests/integration/README.md.
 testhost="$repo/tests/integration/testhost"
