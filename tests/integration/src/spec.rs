@@ -13,6 +13,25 @@ pub struct PmemSpec {
     pub size: Option<u64>,
 }
 
+/// A CXL Type 3 memory expander of the VM (`--cxl-t3`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CxlSpec {
+    /// Media file, created with `pmovmm cxl create` before the run when missing (`size`);
+    /// moved in and out of the test host like a pmem file.
+    pub media: PmemSpec,
+    /// Label storage file (created empty with 128 KiB when missing), moved like the media.
+    pub lsa: PmemSpec,
+    /// Device capacity.
+    pub size: u64,
+    /// Range key file (read-only, copied into the test host).
+    pub key: Option<PathBuf>,
+    /// More `--cxl-t3` options, e.g. `cache=16M,latency=0`.
+    pub options: String,
+}
+
+/// Size of the label storage area the VMM creates.
+pub const CXL_LSA_SIZE: u64 = 128 << 10;
+
 /// One VM run: `pmovmm run` with the guest image and these settings.
 #[derive(Debug, Clone)]
 pub struct VmSpec {
@@ -34,6 +53,8 @@ pub struct VmSpec {
     /// The PMO store (`--pmo-store`): formatted on the host with `pmovmm store create` when
     /// missing (`size` is its size then), and moved in and out of the test host like a pmem file.
     pub pmo_store: Option<PmemSpec>,
+    /// CXL memory expanders, in order.
+    pub cxl: Vec<CxlSpec>,
     /// More `pmovmm run` arguments, appended last.
     pub extra_args: Vec<String>,
     /// How long the VM may run, from the VMM's start to its exit.
@@ -68,6 +89,7 @@ impl VmSpec {
             cmdline_extra: Vec::new(),
             pmem: Vec::new(),
             pmo_store: None,
+            cxl: Vec::new(),
             extra_args: Vec::new(),
             timeout: DEFAULT_VM_TIMEOUT,
             kernel: None,
@@ -135,6 +157,34 @@ impl VmSpec {
         self
     }
 
+    /// Adds a CXL Type 3 expander on `media` (LSA next to it as `<media>.lsa`), with a
+    /// range key from `key` if given and more `--cxl-t3` `options` (may be empty).
+    pub fn cxl_t3(
+        mut self,
+        media: impl Into<PathBuf>,
+        size: u64,
+        key: Option<PathBuf>,
+        options: &str,
+    ) -> Self {
+        let media: PathBuf = media.into();
+        let mut lsa = media.clone().into_os_string();
+        lsa.push(".lsa");
+        self.cxl.push(CxlSpec {
+            media: PmemSpec {
+                path: media,
+                size: None,
+            },
+            lsa: PmemSpec {
+                path: lsa.into(),
+                size: Some(CXL_LSA_SIZE),
+            },
+            size,
+            key,
+            options: options.to_string(),
+        });
+        self
+    }
+
     /// Kernel and initrd on this machine: the spec's own, else the built guest image.
     pub(crate) fn boot_files(
         &self,
@@ -156,12 +206,20 @@ impl VmSpec {
         let (kernel, initrd) = self.boot_files(env)?;
         let pmem: Vec<_> = self.pmem.iter().map(|p| p.path.clone()).collect();
         let store = self.pmo_store.as_ref().map(|s| s.path.as_path());
-        Ok(vmm_args(self, &kernel, &initrd, &pmem, store))
+        let cxl: Vec<CxlPaths> = self
+            .cxl
+            .iter()
+            .map(|c| (c.media.path.clone(), c.lsa.path.clone(), c.key.clone()))
+            .collect();
+        Ok(vmm_args(self, &kernel, &initrd, &pmem, store, &cxl))
     }
 
-    /// Host files the VM uses: its pmem files, then its PMO store.
+    /// Host files the VM uses: its pmem files, its PMO store, its CXL media and LSA files.
     pub(crate) fn host_files(&self) -> impl Iterator<Item = &PmemSpec> {
-        self.pmem.iter().chain(self.pmo_store.iter())
+        self.pmem
+            .iter()
+            .chain(self.pmo_store.iter())
+            .chain(self.cxl.iter().flat_map(|c| [&c.media, &c.lsa]))
     }
 
     /// Appends `pmovmm run` arguments.
@@ -265,8 +323,37 @@ pub(crate) fn ensure_pmo_stores(pmovmm: &Path, specs: &[VmSpec]) -> crate::error
             });
         }
     }
+    for spec in specs {
+        for c in &spec.cxl {
+            if c.media.path.exists() {
+                continue;
+            }
+            let out = std::process::Command::new(pmovmm)
+                .args(["cxl", "create"])
+                .arg(&c.media.path)
+                .args(["--size", &format_size(c.size)])
+                .output()
+                .map_err(|source| RunnerError::Spawn {
+                    program: pmovmm.display().to_string(),
+                    source,
+                })?;
+            if !out.status.success() {
+                return Err(RunnerError::InvalidSpec {
+                    name: spec.name.clone(),
+                    detail: format!(
+                        "pmovmm cxl create {}: {}",
+                        c.media.path.display(),
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ),
+                });
+            }
+        }
+    }
     Ok(())
 }
+
+/// Where a CXL device's media, LSA and key files are as the VMM sees them.
+pub(crate) type CxlPaths = (PathBuf, PathBuf, Option<PathBuf>);
 
 /// Formats a byte count the way `pmovmm --pmem FILE,SIZE` and `--memory` take it.
 pub fn format_size(bytes: u64) -> String {
@@ -290,6 +377,7 @@ pub(crate) fn vmm_args(
     initrd: &Path,
     pmem: &[PathBuf],
     pmo_store: Option<&Path>,
+    cxl: &[CxlPaths],
 ) -> Vec<String> {
     let mut args = vec![
         "run".to_string(),
@@ -315,6 +403,23 @@ pub(crate) fn vmm_args(
         // Formatted before the run (see `ensure_pmo_stores`), so no size here.
         args.push("--pmo-store".to_string());
         args.push(store.display().to_string());
+    }
+    for ((media, lsa, key), dev) in cxl.iter().zip(&spec.cxl) {
+        let mut opt = format!(
+            "media={},size={},lsa={}",
+            media.display(),
+            format_size(dev.size),
+            lsa.display()
+        );
+        if let Some(k) = key {
+            opt += &format!(",key={}", k.display());
+        }
+        if !dev.options.is_empty() {
+            opt += ",";
+            opt += &dev.options;
+        }
+        args.push("--cxl-t3".to_string());
+        args.push(opt);
     }
     args.push("--console".to_string());
     args.push("stdout".to_string());
@@ -360,6 +465,7 @@ mod tests {
             Path::new("/i"),
             &[PathBuf::from("/a"), PathBuf::from("/b")],
             Some(Path::new("/s")),
+            &[],
         );
         let joined = args.join("|");
         assert!(joined.contains("|--pmo-store|/s|"));

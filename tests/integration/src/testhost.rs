@@ -338,12 +338,26 @@ fn build_payload(env: &Env, pmovmm: &Path, specs: &[VmSpec], disks: &[Disk]) -> 
         };
         let pmem_in: Vec<PathBuf> = spec.pmem.iter().filter_map(|p| inside(&p.path)).collect();
         let store_in = spec.pmo_store.as_ref().and_then(|p| inside(&p.path));
+        let mut cxl_in = Vec::new();
+        for (j, c) in spec.cxl.iter().enumerate() {
+            let (Some(media), Some(lsa)) = (inside(&c.media.path), inside(&c.lsa.path)) else {
+                continue;
+            };
+            // Key files are read-only: they travel in the payload.
+            let key = c.key.as_ref().map(|k| {
+                let at = format!("payload/cxl/{i}-{j}.key");
+                files.push((k.clone(), at.clone(), 0o600));
+                PathBuf::from(format!("/{at}"))
+            });
+            cxl_in.push((media, lsa, key));
+        }
         let args = vmm_args(
             spec,
             Path::new(&k_in),
             Path::new(&i_in),
             &pmem_in,
             store_in.as_deref(),
+            &cxl_in,
         );
         let secs = spec.timeout.mul_f64(scale).as_secs().max(1);
         if spec.shell {
