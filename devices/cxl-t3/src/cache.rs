@@ -212,6 +212,16 @@ impl CacheModel {
         }
     }
 
+    /// Sets a resident block's dirty bit to `dirty` without counting
+    /// anything; returns the old bit, `None` if the block is not resident.
+    pub fn swap_dirty(&mut self, block: u64, dirty: bool) -> Option<bool> {
+        let i = self.position(block)?;
+        let set = self.set_of(block);
+        self.set_slice_mut(set)[i]
+            .as_mut()
+            .map(|l| std::mem::replace(&mut l.dirty, dirty))
+    }
+
     /// Marks a resident block clean after its write-back; returns whether it
     /// was dirty (and counts that write-back).
     pub fn clean(&mut self, block: u64) -> bool {
@@ -385,6 +395,9 @@ mod tests {
         assert!(c.set_dirty(0));
         assert!(!c.set_dirty(4));
         assert_eq!(c.dirty_blocks(), vec![0]);
+        assert_eq!(c.swap_dirty(0, false), Some(true));
+        assert_eq!(c.swap_dirty(0, true), Some(false));
+        assert_eq!(c.swap_dirty(4, true), None);
         assert_eq!(c.peek_victim(4), Some((0, true)));
         assert_eq!(c.peek_victim(2), None);
         assert_eq!(c.peek_victim(3), None); // set 1 has a free way

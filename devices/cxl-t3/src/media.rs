@@ -186,6 +186,7 @@ impl Media {
         let created = len == 0;
         let mut header = if created {
             file.set_len(want_len).map_err(io_err("size media file"))?;
+            sync_parent(path)?;
             Header {
                 size,
                 running: false,
@@ -310,6 +311,17 @@ impl Media {
         *h = next;
         Ok(())
     }
+}
+
+/// Makes a new file's directory entry durable.
+fn sync_parent(path: &Path) -> Result<(), MediaError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err("sync media directory"))
 }
 
 thread_local! {

@@ -377,7 +377,8 @@ impl Shared {
         buf.zeroize();
         if let Err(e) = r {
             self.media_errors.fetch_add(1, Ordering::Relaxed);
-            // Still dirty: let the guest write it again.
+            // Still dirty, so writable again (a dirty block is never
+            // protected); should this fail too, the media is failing anyway.
             let _ = self.uffd.write_protect(addr, BLOCK, false);
             return Err(e.into());
         }
@@ -462,11 +463,22 @@ impl Shared {
             Some(_) if f.wp || f.write => {
                 // First write to a clean block (or a stale write fault).
                 self.wp_faults.fetch_add(1, Ordering::Relaxed);
+                // Dirty before the unprotect wakes the writer; if the
+                // unprotect fails the old bit comes back, so a dirty block
+                // is never write-protected (the host path's writes rely on it).
                 self.note_dirty().and_then(|()| {
-                    lock(&self.model).set_dirty(block);
+                    let was = lock(&self.model).swap_dirty(block, true);
                     self.uffd
                         .write_protect(f.address, BLOCK, false)
-                        .map_err(os("unprotect block"))
+                        .map_err(|e| {
+                            if let Some(was) = was {
+                                lock(&self.model).swap_dirty(block, was);
+                            }
+                            ExpanderError::Os {
+                                what: "unprotect block",
+                                source: e,
+                            }
+                        })
                 })
             }
             // Another fault installed it meanwhile.
