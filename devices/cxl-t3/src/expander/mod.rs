@@ -16,16 +16,17 @@
 //! Races: every operation on a block (fault, host access, write-back,
 //! eviction) holds the lock of the block's cache set, so a block's state
 //! changes one step at a time; a resident block in the model is always
-//! present in the mapping and a clean one is always write-protected. A guest
-//! write racing an eviction is either before the write-protect (then it is in
-//! the copy written back) or blocked by it (then its fault, served after the
-//! eviction, fills the block again and the write lands there): no write is
-//! lost. Key changes take a reconfiguration lock exclusively, which every
-//! other operation holds shared, so no fill or write-back sees half a change.
+//! present in the mapping, a clean one is always write-protected and a
+//! dirty one never is. A guest write racing an eviction is either before
+//! the write-protect (then it is in the copy written back) or blocked by it
+//! (then its fault, served after the eviction, fills the block again and
+//! the write lands there): no write is lost. Key changes take a
+//! reconfiguration lock exclusively, which every other operation holds
+//! shared, so no fill or write-back sees half a change.
 //!
 //! Counting: a guest access to a resident block never traps, so guest-path
 //! hits are not counted and the guest path updates LRU order only at fills;
-//! host-path accesses ([`Expander::read`], [`Expander::write`]) are counted
+//! host-path accesses ([`Shared::read`], [`Shared::write`]) are counted
 //! and update LRU on every access.
 
 mod medium;
@@ -564,7 +565,7 @@ impl Shared {
     }
 
     /// Writes DPA bytes through the cache (host path, counted). Durable only
-    /// after [`Expander::persist`] or [`Expander::flush`].
+    /// after [`Shared::persist`] or [`Shared::flush`].
     pub fn write(&self, dpa: u64, data: &[u8]) -> Result<(), ExpanderError> {
         self.check(dpa, data.len() as u64)?;
         let _cfg = self.reconfig_shared();
