@@ -220,8 +220,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// True if every byte is zero. An OR over the whole block, which the
+/// compiler vectorizes; an early-exit scan does not.
 fn is_zero(p: &Page) -> bool {
-    p.iter().all(|&b| b == 0)
+    p.iter().fold(0u8, |acc, &b| acc | b) == 0
 }
 
 impl Expander {
