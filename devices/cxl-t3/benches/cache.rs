@@ -202,21 +202,38 @@ fn breakdown() -> [f64; 5] {
     [read, write, dontneed, copy, wp]
 }
 
+/// Runs per measurement; the table shows the fastest (the machine is shared
+/// and noisy: the minimum is the cost, the rest is interference).
+const RUNS: usize = 5;
+
+fn min_of<const N: usize>(mut f: impl FnMut() -> [f64; N]) -> [f64; N] {
+    let mut best = [f64::INFINITY; N];
+    for _ in 0..RUNS {
+        for (b, v) in best.iter_mut().zip(f()) {
+            *b = b.min(v);
+        }
+    }
+    best
+}
+
 fn main() {
     println!(
-        "cxl-t3 device cache bench: cache {} blocks ({} MiB), {WAYS}-way, media file in {}",
+        "cxl-t3 device cache bench: cache {} blocks ({} MiB), {WAYS}-way, media file in {}, best of {RUNS} runs",
         CACHE_BLOCKS,
         (CACHE_BLOCKS * BLOCK) >> 20,
         std::env::temp_dir().display()
     );
     println!();
-    let [r, w, d, c, wp] = breakdown();
+    let [r, w, d, c, wp] = min_of(breakdown);
     println!("parts of a miss (µs/block): media read {r:.2}, media write {w:.2}, MADV_DONTNEED {d:.2}, UFFDIO_COPY {c:.2}, UFFDIO_WRITEPROTECT {wp:.2}");
     println!();
     println!("host path, per block (µs)         | fill (clean victim) | fill (dirty victim) | write-back (flush)");
     for lat in [0, DEFAULT_MEDIA_LATENCY_NS] {
         for keyed in [false, true] {
-            let (c, d, w) = costs(lat, keyed);
+            let [c, d, w] = min_of(|| {
+                let (c, d, w) = costs(lat, keyed);
+                [c, d, w]
+            });
             println!(
                 "latency {:>6} ns, {:<13} | {c:>19.2} | {d:>19.2} | {w:>18.2}",
                 lat,
@@ -227,19 +244,28 @@ fn main() {
     println!();
     println!("trace                        | accesses | model hit rate | model ns/access | uffd hit rate | uffd µs/fill (lat 0) | uffd µs/fill (lat 25 µs)");
     for (name, trace) in traces() {
-        let mut m = CacheModel::new(CACHE_BLOCKS * BLOCK, WAYS).expect("model");
-        let t = Instant::now();
-        for &b in &trace {
-            std::hint::black_box(m.access(b, b % 3 == 0));
-        }
-        let ns = t.elapsed().as_nanos() as f64 / trace.len() as f64;
-        let (f0, hit) = uffd_run(&trace, 0);
-        let (f25, _) = uffd_run(&trace, DEFAULT_MEDIA_LATENCY_NS);
+        let mut hit_rate = 0.0;
+        let [ns] = min_of(|| {
+            let mut m = CacheModel::new(CACHE_BLOCKS * BLOCK, WAYS).expect("model");
+            let t = Instant::now();
+            for &b in &trace {
+                std::hint::black_box(m.access(b, b % 3 == 0));
+            }
+            hit_rate = m.stats().hit_rate();
+            [t.elapsed().as_nanos() as f64 / trace.len() as f64]
+        });
+        let mut uffd_hit = 0.0;
+        let [f0, f25] = min_of(|| {
+            let (f0, hit) = uffd_run(&trace, 0);
+            let (f25, _) = uffd_run(&trace, DEFAULT_MEDIA_LATENCY_NS);
+            uffd_hit = hit;
+            [f0, f25]
+        });
         println!(
             "{name:<28} | {:>8} | {:>13.1}% | {ns:>15.1} | {:>12.1}% | {f0:>20.2} | {f25:>24.2}",
             trace.len(),
-            m.stats().hit_rate() * 100.0,
-            hit * 100.0
+            hit_rate * 100.0,
+            uffd_hit * 100.0
         );
     }
 }

@@ -40,9 +40,9 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use pmo_virtio::crypto::wipe;
 use uffd::{Fault, Install, Uffd};
 use vmm_sys_util::eventfd::EventFd;
-use zeroize::Zeroize;
 
 use crate::cache::{CacheError, CacheModel, CacheStats, BLOCK, DEFAULT_WAYS};
 use crate::media::{Media, MediaError};
@@ -377,7 +377,7 @@ impl Shared {
         unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), PAGE) };
         tee.encrypt_block(block, buf);
         let r = self.media.write_block(block, buf);
-        buf.zeroize();
+        wipe(&mut buf[..]);
         if let Err(e) = r {
             self.media_errors.fetch_add(1, Ordering::Relaxed);
             // Still dirty, so writable again (a dirty block is never
@@ -421,7 +421,7 @@ impl Shared {
         if let Some((v, dirty)) = victim {
             if dirty {
                 if let Err(e) = self.write_back_locked(v, tee, vbuf) {
-                    buf.zeroize();
+                    wipe(&mut buf[..]);
                     return Err(e);
                 }
             }
@@ -429,7 +429,7 @@ impl Shared {
         }
         lock(&self.model).access(block, write);
         let r = self.install(self.addr(block), buf, !write);
-        buf.zeroize();
+        wipe(&mut buf[..]);
         if r.is_err() {
             // Not present, so not resident: keep the model true to the mapping.
             lock(&self.model).remove(block);
