@@ -465,3 +465,32 @@ fn key_changes_under_concurrent_writers() {
     drop(x);
     let _ = std::fs::remove_file(&path);
 }
+
+/// `persist` makes exactly the covered writes durable; a drop without
+/// `shutdown` loses the rest (as a VMM crash would) and counts as dirty.
+#[test]
+fn persist_covers_its_range_and_a_drop_does_not_flush() {
+    let path = tmp("persist");
+    let cfg = config(path.clone(), 1 << 20, 64, 8);
+    let x = Expander::open(&cfg).unwrap();
+    let m = CxlMedium::new(x.clone());
+    m.write(BLOCK + 10, b"persisted-A").unwrap();
+    m.write(10 * BLOCK + 10, b"volatile-B").unwrap();
+    m.persist(BLOCK, BLOCK).unwrap();
+    let raw = std::fs::read(&path).unwrap();
+    assert_eq!(count(&raw, b"persisted-A"), 1);
+    assert_eq!(count(&raw, b"volatile-B"), 0);
+    assert!(m.persist(1 << 20, 1).is_err());
+    drop(m);
+    drop(x);
+    let x = Expander::open(&cfg).unwrap();
+    assert_eq!(x.dirty_shutdown_count(), 1);
+    let mut a = [0u8; 11];
+    x.read(BLOCK + 10, &mut a).unwrap();
+    assert_eq!(&a, b"persisted-A");
+    let mut b = [0u8; 10];
+    x.read(10 * BLOCK + 10, &mut b).unwrap();
+    assert_eq!(b, [0u8; 10]);
+    drop(x);
+    let _ = std::fs::remove_file(&path);
+}
