@@ -7,7 +7,8 @@
 //!    without psync and exits without detaching. A PMO of junk must be refused, and changed
 //!    data must make `verify` fail. LU then runs under every PMO design of the device, and a
 //!    partial run under `sp-id` (tags deferred to detach) drops its unsynced changes too.
-//! 2. VM "wl-restart", a new VMM process, verifies every PMO again, finds the partial run at its
+//! 2. VM "wl-restart", a new VMM process with the adaptive prefetch predictor (prefetched pages
+//!    must read exactly like demand-faulted ones), verifies every PMO again, finds the partial run at its
 //!    last psync, resumes it to the end and checks the result; the PMOs written under the other
 //!    designs read back under the default one.
 //!
@@ -56,6 +57,8 @@ fn group() -> &'static Group {
                 .scenarios(["pmo_workloads_check"])
                 .param("wl_n", N.to_string())
                 .pmo_store(&store, STORE_SIZE)
+                .extra_arg("--pmo-predictor")
+                .extra_arg("adaptive:8")
                 .timeout(Duration::from_secs(300)),
         ])
         .map_err(|e| e.to_string())?;
@@ -137,6 +140,8 @@ fn runs_psync_several_times_and_reattach_mid_run() {
             assert_eq!(num(vm, d, "session"), 2, "{d}");
             assert_eq!(detaches, (psyncs - 1) / 2 + 1, "{w} t{t}: {d}");
             assert!(num(vm, d, "faults") > 0, "{w} t{t}: no host faults: {d}");
+            // This VMM runs without a predictor.
+            assert_eq!(num(vm, d, "prefetched"), 0, "{w} t{t}: {d}");
             // The parts are measured inside the total.
             let parts = [
                 "attach_ns",
@@ -193,6 +198,7 @@ fn partial_run_stays_at_its_last_psync_and_resumes_after_restart() {
     assert_eq!(field(second, v, "match"), "yes", "{v}");
     let r = second.assert_ok("pmo_workloads_check.part.resume");
     assert_eq!(num(second, r, "start"), STOP, "{r}");
+    num(second, r, "prefetched"); // reported (adaptive predictor); its amount is not a contract
     assert_eq!(num(second, r, "done"), N, "{r}");
     assert_eq!(field(second, r, "checksum"), want, "{r}");
     let f = second.assert_ok("pmo_workloads_check.part.final");
