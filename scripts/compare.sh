@@ -5,7 +5,7 @@
 # d, d2, d4, d8, adaptive; without and with integrity; 1 and 2 threads; six workloads), prints
 # the tables and writes target/compare/{compare.md,compare.csv,compare.png}.
 #
-#   scripts/compare.sh             full sizes, two rounds (a few minutes on 2 cores)
+#   scripts/compare.sh             full sizes, three rounds (about 6 minutes on 2 cores)
 #   scripts/compare.sh --quick     tiny sizes, one round (seconds; numbers not meaningful)
 #   scripts/compare.sh --pm-model  the PM timing model on the medium (default: DRAM-backed file)
 # Other flags go to pmo-compare: --workloads a,b --threads 1,2 --session S --repeat R.

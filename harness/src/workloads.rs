@@ -770,10 +770,22 @@ mod tests {
     }
 
     #[test]
-    fn known_checksum_of_a_tiny_gauss() {
-        // Independent of the kernels' structure: recomputed from the reference definition.
-        let w = Workload::Gauss { n: 4 };
-        assert_eq!(run(&w, 1), fnv_f32(&reference(&w)));
+    fn checksums_match_the_guest_pmo_bench_pinned_values() {
+        // guest/bench/test_kernels.c pins these for the same definitions (docs/workloads.md):
+        // host harness and guest must stay bit-identical.
+        for (w, want) in [
+            (
+                Workload::Conv2d { n: 16, sweeps: 4 },
+                0x40fb_36dd_42f6_ee9a_u64,
+            ),
+            (Workload::Gauss { n: 16 }, 0x0e94_c06d_38df_3446),
+            (Workload::Lu { n: 16 }, 0x9226_7288_e96c_846a),
+            (Workload::Tmm { n: 16, tile: 4 }, 0xa8e2_6d6b_00c0_cf48),
+        ] {
+            assert_eq!(run(&w, 1), want, "{w:?}");
+            assert_eq!(run(&w, 2), want, "{w:?}");
+        }
+        assert_eq!(fnv1a(FNV_BASIS, b"foobar"), 0x8594_4171_f739_67e8);
     }
 
     #[test]
