@@ -135,6 +135,8 @@ pub struct Media {
     file: File,
     size: u64,
     latency: Duration,
+    /// Block transfers charged the latency so far (fills and write-backs).
+    transfers: std::sync::atomic::AtomicU64,
     header: Mutex<Header>,
 }
 
@@ -220,6 +222,7 @@ impl Media {
             file,
             size,
             latency,
+            transfers: std::sync::atomic::AtomicU64::new(0),
             header: Mutex::new(header),
         };
         media.write_header(&header)?;
@@ -241,6 +244,18 @@ impl Media {
     /// Latency charged per block transfer.
     pub fn latency(&self) -> Duration {
         self.latency
+    }
+
+    /// Block transfers (fills and write-backs) charged the latency so far:
+    /// the media time the device has modelled is `transfers() * latency()`.
+    pub fn transfers(&self) -> u64 {
+        self.transfers.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn charge(&self, start: Instant) {
+        self.transfers
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        charge(start, self.latency);
     }
 
     /// Dirty shutdowns recorded so far (including the one found at this open).
@@ -265,7 +280,7 @@ impl Media {
         self.file
             .read_exact_at(out, off)
             .map_err(io_err("read media block"))?;
-        charge(start, self.latency);
+        self.charge(start);
         Ok(())
     }
 
@@ -277,7 +292,7 @@ impl Media {
         self.file
             .write_all_at(data, off)
             .map_err(io_err("write media block"))?;
-        charge(start, self.latency);
+        self.charge(start);
         Ok(())
     }
 
@@ -462,13 +477,15 @@ mod tests {
         let p = tmp("lat");
         let (m, _) = Media::open(&p, 1 << 20, Duration::from_micros(300)).unwrap();
         let mut b = [0u8; 4096];
-        let t = Instant::now();
         for i in 0..10 {
             m.read_block(i, &mut b).unwrap();
             m.write_block(i, &b).unwrap();
         }
-        // 20 transfers of at least 300 µs each; a lower bound only.
-        assert!(t.elapsed() >= Duration::from_micros(6000));
+        // Every fill and write-back is one charged transfer; header writes are not.
+        assert_eq!(m.transfers(), 20);
+        m.mark_clean().unwrap();
+        assert_eq!(m.transfers(), 20);
+        assert_eq!(m.latency(), Duration::from_micros(300));
         let _ = std::fs::remove_file(&p);
     }
 }
