@@ -69,7 +69,7 @@ struct opts {
 /* What thread 0 measured; printed in the PMOBENCH line. */
 struct timing {
 	uint64_t attach_ns, setup_ns, compute_ns, psync_ns, detach_ns, total_ns;
-	uint64_t psyncs, detaches, faults, prefetched;
+	uint64_t psyncs, detaches, faults, fault_ns, prefetched;
 };
 
 /* State the worker threads share; changed by thread 0 only between the two barriers. */
@@ -350,6 +350,7 @@ static int end_session(struct shared *sh)
 	if (pmo_stat(sh->base, &st) < 0)
 		return fail(sh, "pmo_stat", errno);
 	sh->t.faults += st.faults;
+	sh->t.fault_ns += st.fault_ns_total;
 	sh->t.prefetched += st.pages_prefetched;
 	t0 = now_ns();
 	if (detach(sh->base) < 0)
@@ -571,8 +572,8 @@ static int cmd_run(const struct opts *o)
 		die("%s", sh.err);
 	sh.t.total_ns = now_ns() - t_start;
 	printf("PMOBENCH workload=%s n=%llu threads=%u cadence=%llu session=%llu iters=%llu "
-	       "done=%llu start=%llu psyncs=%llu detaches=%llu faults=%llu prefetched=%llu "
-	       "attach_ns=%llu "
+	       "done=%llu start=%llu psyncs=%llu detaches=%llu faults=%llu fault_ns=%llu "
+	       "prefetched=%llu attach_ns=%llu "
 	       "setup_ns=%llu compute_ns=%llu psync_ns=%llu detach_ns=%llu total_ns=%llu "
 	       "checksum=%016llx\n",
 	       wl_kind_name(o->p.kind), (unsigned long long)o->p.n, o->threads,
@@ -580,7 +581,7 @@ static int cmd_run(const struct opts *o)
 	       (unsigned long long)wl_iters(&o->p), (unsigned long long)sh.end,
 	       (unsigned long long)sh.start, (unsigned long long)sh.t.psyncs,
 	       (unsigned long long)sh.t.detaches, (unsigned long long)sh.t.faults,
-	       (unsigned long long)sh.t.prefetched,
+	       (unsigned long long)sh.t.fault_ns, (unsigned long long)sh.t.prefetched,
 	       (unsigned long long)sh.t.attach_ns, (unsigned long long)sh.t.setup_ns,
 	       (unsigned long long)sh.t.compute_ns, (unsigned long long)sh.t.psync_ns,
 	       (unsigned long long)sh.t.detach_ns, (unsigned long long)sh.t.total_ns,
