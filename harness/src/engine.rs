@@ -120,6 +120,42 @@ pub struct Breakdown {
     pub faults: u64,
     /// Demand faults on pages predicted but not yet installed.
     pub late: u64,
+    /// The pager's own prediction counters, summed over sessions (for its estimate).
+    pub est: EstCounters,
+}
+
+/// The `SliceStats` counters behind `SliceStats::estimate`, summed over a run's sessions, so the
+/// report can set the pager's estimate next to the exact metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EstCounters {
+    pub pages_prefetched: u64,
+    pub trigger_hits: u64,
+    pub trigger_wasted: u64,
+    pub prefetch_late: u64,
+    pub demand_unpredicted: u64,
+}
+
+impl EstCounters {
+    fn add(&mut self, s: &SliceStats) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.pages_prefetched += s.pages_prefetched.load(Relaxed);
+        self.trigger_hits += s.trigger_hits.load(Relaxed);
+        self.trigger_wasted += s.trigger_wasted.load(Relaxed);
+        self.prefetch_late += s.prefetch_late.load(Relaxed);
+        self.demand_unpredicted += s.demand_unpredicted.load(Relaxed);
+    }
+
+    /// The pager's estimate of accuracy, coverage and timeliness from these counters.
+    pub fn estimate(&self) -> pmo_virtio::pager::PredictionEstimate {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = SliceStats::default();
+        s.pages_prefetched.store(self.pages_prefetched, Relaxed);
+        s.trigger_hits.store(self.trigger_hits, Relaxed);
+        s.trigger_wasted.store(self.trigger_wasted, Relaxed);
+        s.prefetch_late.store(self.prefetch_late, Relaxed);
+        s.demand_unpredicted.store(self.demand_unpredicted, Relaxed);
+        s.estimate()
+    }
 }
 
 impl Breakdown {
@@ -488,6 +524,8 @@ fn detach(
         .ok_or(EngineError::Pager(PagerError::NoSlice(a.offset)))?;
     let h = s.detach();
     b.detach_ns += t.elapsed().as_nanos() as u64;
+    // After the pager detach: it reports triggers left untouched as wasted.
+    b.est.add(&a.stats);
     Ok(h)
 }
 

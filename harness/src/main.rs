@@ -2,7 +2,7 @@
 //! drawn from the CSV by scripts/plot_compare.py; scripts/compare.sh runs both).
 //!
 //! Usage: `pmo-compare [--quick] [--pm-model] [--out DIR] [--workloads a,b,..]
-//! [--threads 1,2] [--session S] [--repeat R]`
+//! [--threads 1,2] [--session S] [--cadence C] [--size N] [--repeat R]`
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -37,6 +37,10 @@ struct Args {
     workloads: Vec<&'static str>,
     threads: Vec<usize>,
     session: u64,
+    /// Iterations per psync; default: each workload's `default_cadence` (about 8 psyncs a run).
+    cadence: Option<u64>,
+    /// Main size of every workload (`Workload::with_size`); default: the preset.
+    size: Option<usize>,
     /// Rounds over the matrix (each cell keeps its shortest run); default 3, 1 with --quick.
     repeat: Option<usize>,
 }
@@ -49,6 +53,8 @@ fn parse() -> Result<Args, CliError> {
         workloads: NAMES.to_vec(),
         threads: vec![1, 2],
         session: 2,
+        cadence: None,
+        size: None,
         repeat: None,
     };
     let mut it = std::env::args().skip(1);
@@ -87,6 +93,20 @@ fn parse() -> Result<Args, CliError> {
                 let v = val("--session")?;
                 a.session = v.parse().map_err(|_| CliError::Bad("--session", v))?;
             }
+            "--cadence" => {
+                let v = val("--cadence")?;
+                a.cadence = match v.parse::<u64>() {
+                    Ok(n) if n > 0 => Some(n),
+                    _ => return Err(CliError::Bad("--cadence", v)),
+                };
+            }
+            "--size" => {
+                let v = val("--size")?;
+                a.size = match v.parse::<usize>() {
+                    Ok(n) if (2..=1 << 20).contains(&n) => Some(n),
+                    _ => return Err(CliError::Bad("--size", v)),
+                };
+            }
             "--repeat" => {
                 let v = val("--repeat")?;
                 a.repeat = match v.parse::<usize>() {
@@ -108,7 +128,12 @@ fn run(a: &Args) -> Result<Report, CliError> {
         .workloads
         .iter()
         .filter_map(|n| Workload::preset(n, a.quick))
+        .map(|w| a.size.map_or(w.clone(), |n| w.with_size(n)))
         .collect();
+    for w in &workloads {
+        w.check()
+            .map_err(|e| CliError::Engine(engine::EngineError::Workload(e)))?;
+    }
     let max = workloads
         .iter()
         .map(|w| w.pmo_bytes())
@@ -140,7 +165,7 @@ fn run(a: &Args) -> Result<Report, CliError> {
                 let want = compute.get(&(wi, threads)).map_or(0, |c| c.1);
                 let p = RunParams {
                     threads,
-                    cadence: w.default_cadence(),
+                    cadence: a.cadence.unwrap_or(w.default_cadence()),
                     session: a.session,
                 };
                 // The whole design x integrity matrix at one thread; with integrity beyond.
@@ -191,6 +216,7 @@ fn run(a: &Args) -> Result<Report, CliError> {
         medium: env.medium.clone(),
         quick: a.quick,
         session: a.session,
+        cadence: a.cadence,
         designs: specs.iter().map(|s| s.label).collect(),
         workloads: workloads.iter().map(|w| w.name()).collect(),
         ..Default::default()

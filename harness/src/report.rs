@@ -5,6 +5,7 @@
 //! the same run; fault overhead is the workload phase on the pager's window minus compute.
 
 use crate::engine::Breakdown;
+
 use pmo_policies::Metrics;
 use std::fmt::Write;
 
@@ -46,6 +47,8 @@ pub struct Report {
     pub medium: String,
     pub quick: bool,
     pub session: u64,
+    /// The psync cadence if fixed on the command line.
+    pub cadence: Option<u64>,
     pub designs: Vec<&'static str>,
     pub workloads: Vec<&'static str>,
 }
@@ -140,18 +143,19 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "| workload | design | accuracy | coverage | timeliness | prefetched | used prefetched | late | demand faults |"
+            "| workload | design | accuracy | coverage | timeliness | prefetched | used prefetched | late | demand faults | pager estimate (acc / cov / time) |"
         );
-        let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
         for r in self
             .rows
             .iter()
             .filter(|r| r.threads == threads && r.integrity == integrity && r.quality.is_some())
         {
             if let Some(q) = &r.quality {
+                let e = r.b.est.estimate();
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} |",
                     r.workload,
                     r.design,
                     opt(q.accuracy()),
@@ -161,6 +165,9 @@ impl Report {
                     q.prefetched_used,
                     q.used_before_ready,
                     r.b.faults,
+                    opt(e.accuracy),
+                    opt(e.coverage),
+                    opt(e.timeliness),
                 );
             }
         }
@@ -313,12 +320,19 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(s, "# PMO design comparison\n");
         let _ = writeln!(s, "- medium: {}", self.medium);
-        let _ =
-            writeln!(
+        let _ = writeln!(
             s,
-            "- sizes: {}; attach-session size {} psyncs per detach; cadence about 8 psyncs per run",
-            if self.quick { "quick (tiny, not meaningful)" } else { "full" },
-            self.session
+            "- sizes: {}; attach-session size {} psyncs per detach; cadence {}",
+            if self.quick {
+                "quick (tiny, not meaningful)"
+            } else {
+                "full"
+            },
+            self.session,
+            self.cadence
+                .map_or("about 8 psyncs per run".to_string(), |c| format!(
+                    "{c} iterations per psync"
+                ))
         );
         let mut seen = Vec::new();
         for r in &self.rows {
@@ -355,14 +369,15 @@ impl Report {
     /// One CSV line per cell.
     pub fn csv(&self) -> String {
         let mut s = String::from(
-            "workload,params,design,integrity,threads,total_ns,norm_to_o,compute_ns,fault_ns,psync_ns,detach_ns,attach_ns,stall_ns,faults,late,psyncs,sessions,psync_pages,prefetched,accuracy,coverage,timeliness,error\n",
+            "workload,params,design,integrity,threads,total_ns,norm_to_o,compute_ns,fault_ns,psync_ns,detach_ns,attach_ns,stall_ns,faults,late,psyncs,sessions,psync_pages,prefetched,accuracy,coverage,timeliness,est_accuracy,est_coverage,est_timeliness,error\n",
         );
         for r in &self.rows {
             let q = r.quality;
+            let est = r.b.est.estimate();
             let f = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.4}"));
             let _ = writeln!(
                 s,
-                "{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\"",
+                "{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\"",
                 r.workload,
                 r.params,
                 r.design,
@@ -385,6 +400,9 @@ impl Report {
                 f(q.and_then(|q| q.accuracy())),
                 f(q.and_then(|q| q.coverage())),
                 f(q.and_then(|q| q.timeliness())),
+                f(q.and(est.accuracy)),
+                f(q.and(est.coverage)),
+                f(q.and(est.timeliness)),
                 r.error.as_deref().unwrap_or("").replace('"', "'"),
             );
         }

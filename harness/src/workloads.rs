@@ -180,6 +180,27 @@ impl Workload {
         })
     }
 
+    /// The same workload with its main size replaced: the matrix order N (2dConv, Gauss, LU,
+    /// TMM) or the number of pages (`seq`: segments of N/16 pages; `random`). Checked when run.
+    pub fn with_size(&self, size: usize) -> Workload {
+        match self.clone() {
+            Workload::Conv2d { sweeps, .. } => Workload::Conv2d { n: size, sweeps },
+            Workload::Gauss { .. } => Workload::Gauss { n: size },
+            Workload::Lu { .. } => Workload::Lu { n: size },
+            Workload::Tmm { tile, .. } => Workload::Tmm { n: size, tile },
+            Workload::Seq { passes, .. } => Workload::Seq {
+                pages: size,
+                seg: (size / 16).max(1),
+                passes,
+            },
+            Workload::Random { touches, iters, .. } => Workload::Random {
+                pages: size,
+                touches,
+                iters,
+            },
+        }
+    }
+
     /// Command-line name.
     pub fn name(&self) -> &'static str {
         match self {
@@ -226,7 +247,8 @@ impl Workload {
         (self.iters() / 8).max(1)
     }
 
-    fn check(&self) -> Result<(), WorkloadError> {
+    /// Validates the parameters.
+    pub fn check(&self) -> Result<(), WorkloadError> {
         let bad = |why: &str| Err(WorkloadError::Params(self.name(), why.to_string()));
         match *self {
             Workload::Conv2d { n, sweeps } if n < 3 || sweeps == 0 => bad("N >= 3, M >= 1"),
