@@ -63,6 +63,7 @@ pub enum EngineError {
 pub struct DesignSpec {
     /// Label in tables: `wedi`, `sp-id` (the papers' O), `d`, `d2`, `d4`, `d8`, `adaptive`.
     pub label: &'static str,
+    /// The store design of the PMO and its sessions.
     pub design: Design,
     /// Spec for `pmo_policies::predictor_from_name`, none for no prediction.
     pub predictor: Option<&'static str>,
@@ -108,13 +109,21 @@ pub struct RunParams {
 /// Time of one run by component, in nanoseconds, plus counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Breakdown {
+    /// `Store::attach_with` + pager slice + predictor (the papers' "A Other").
     pub attach_ns: u64,
+    /// Waiting for the previous background detach before attaching (the papers' "A Stall").
     pub stall_ns: u64,
+    /// The iterations on the window: compute plus every fault they take.
     pub workload_ns: u64,
+    /// Dirty-page collection plus `Session::psync`.
     pub psync_ns: u64,
+    /// Pager detach plus the nonblocking `Session::detach` call.
     pub detach_ns: u64,
+    /// Attach sessions in the run.
     pub sessions: u64,
+    /// Psyncs in the run.
     pub psyncs: u64,
+    /// Dirty pages all psyncs wrote (what psync time scales with).
     pub psync_pages: u64,
     /// Demand faults the pager served (all sessions).
     pub faults: u64,
@@ -128,10 +137,15 @@ pub struct Breakdown {
 /// report can set the pager's estimate next to the exact metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EstCounters {
+    /// `SliceStats::pages_prefetched`.
     pub pages_prefetched: u64,
+    /// `SliceStats::trigger_hits`.
     pub trigger_hits: u64,
+    /// `SliceStats::trigger_wasted`.
     pub trigger_wasted: u64,
+    /// `SliceStats::prefetch_late`.
     pub prefetch_late: u64,
+    /// `SliceStats::demand_unpredicted`.
     pub demand_unpredicted: u64,
 }
 
@@ -179,8 +193,11 @@ pub struct SessionPages {
 /// Result of one cell.
 #[derive(Debug, Clone, Default)]
 pub struct CellResult {
+    /// Where the time went.
     pub breakdown: Breakdown,
+    /// Per session, for the exact prediction metrics.
     pub sessions: Vec<SessionPages>,
+    /// Checksum of the psynced result (equal to the plain-memory run's, or the cell failed).
     pub checksum: u64,
 }
 

@@ -12,13 +12,19 @@ use std::fmt::Write;
 /// One measured cell.
 #[derive(Debug, Clone)]
 pub struct Row {
+    /// Workload name.
     pub workload: &'static str,
+    /// Its size parameters, for the report header.
     pub params: String,
+    /// Design label (`DesignSpec::label`).
     pub design: &'static str,
+    /// With page MACs (`xts-blake3`) or without (`xts-nomac-bench`).
     pub integrity: bool,
+    /// Host threads playing vCPUs.
     pub threads: usize,
     /// The workload on plain memory, same threads (the compute baseline).
     pub compute_ns: u64,
+    /// Where the run's time went.
     pub b: Breakdown,
     /// Exact prediction quality (designs with a predictor, once the `d` reference ran).
     pub quality: Option<Metrics>,
@@ -35,6 +41,7 @@ impl Row {
     pub fn fault(&self) -> u64 {
         self.b.workload_ns.saturating_sub(self.compute_ns)
     }
+    /// End-to-end time of the run (every component but the untimed setup and check).
     pub fn total(&self) -> u64 {
         self.b.total_ns()
     }
@@ -43,13 +50,19 @@ impl Row {
 /// The rows of one run and how they were made.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
+    /// Every cell, in run order.
     pub rows: Vec<Row>,
+    /// Which medium the run used (said on the first line: the tables depend on it).
     pub medium: String,
+    /// Tiny sizes: the numbers are a smoke test only.
     pub quick: bool,
+    /// Attach-session size (psyncs per detach); the issue states the wedi target for 2.
     pub session: u64,
     /// The psync cadence if fixed on the command line.
     pub cadence: Option<u64>,
+    /// Design labels in table order.
     pub designs: Vec<&'static str>,
+    /// Workload names in table order.
     pub workloads: Vec<&'static str>,
 }
 
@@ -238,10 +251,22 @@ impl Report {
                     let m = |v: &[f64; 3]| v.iter().copied().fold(f64::MAX, f64::min);
                     m(&a.1).total_cmp(&m(&b.1))
                 });
+            // For context only (the target names the fixed depths): what adaptive reached.
+            let adaptive = self
+                .find(w, "adaptive", true, 1)
+                .and_then(|r| r.quality)
+                .map_or(String::new(), |q| {
+                    format!(
+                        "; adaptive: {} / {} / {}",
+                        opt(q.accuracy()),
+                        opt(q.coverage()),
+                        opt(q.timeliness())
+                    )
+                });
             match best {
                 Some((d, v)) => out.push((
                     format!(
-                        "{w}: best depth {d}: accuracy {:.3}, coverage {:.3}, timeliness {:.3} (target >= 0.9 each)",
+                        "{w}: best depth {d}: accuracy {:.3}, coverage {:.3}, timeliness {:.3} (target >= 0.9 each){adaptive}",
                         v[0], v[1], v[2]
                     ),
                     v.iter().all(|x| *x >= 0.9),
