@@ -70,6 +70,14 @@ impl CxlMedium {
         self
     }
 
+    /// Keys each PMO extent with its own key from the PMO service's keyring
+    /// (derived from the VMM's master key; nothing stored).
+    pub fn with_keyring(self, keyring: pmo_virtio::crypto::ExtentKeyring) -> Self {
+        self.with_extent_keys(Arc::new(move |slot, off, len| {
+            Some(keyring.extent_key(slot, off, len))
+        }))
+    }
+
     /// The expander underneath.
     pub fn expander(&self) -> &Arc<Expander> {
         &self.exp
