@@ -129,6 +129,9 @@ pub struct Breakdown {
     pub faults: u64,
     /// Demand faults on pages predicted but not yet installed.
     pub late: u64,
+    /// Write-protect faults: first writes to pages installed read-only for dirty tracking
+    /// (demand-read and prefetched pages); each is a uffd round trip without crypto.
+    pub wp_faults: u64,
     /// The pager's own prediction counters, summed over sessions (for its estimate).
     pub est: EstCounters,
 }
@@ -543,6 +546,7 @@ fn detach(
     b.detach_ns += t.elapsed().as_nanos() as u64;
     // After the pager detach: it reports triggers left untouched as wasted.
     b.est.add(&a.stats);
+    b.wp_faults += a.stats.wp_faults.load(std::sync::atomic::Ordering::Relaxed);
     Ok(h)
 }
 

@@ -113,18 +113,18 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "| workload | integrity | design | total ms | x O | compute | fault | psync | detach | attach | stall | faults | psync pages |"
+            "| workload | integrity | design | total ms | x O | compute | fault | psync | detach | attach | stall | faults | wp faults | psync pages |"
         );
         let _ = writeln!(
             s,
-            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for r in self.rows.iter().filter(|r| r.threads == threads) {
             let integ = if r.integrity { "with" } else { "without" };
             if let Some(e) = &r.error {
                 let _ = writeln!(
                     s,
-                    "| {} | {integ} | {} | FAILED: {e} | | | | | | | | | |",
+                    "| {} | {integ} | {} | FAILED: {e} | | | | | | | | | | |",
                     r.workload, r.design
                 );
                 continue;
@@ -133,7 +133,7 @@ impl Report {
             let f = |ns: u64| o.map_or("-".into(), |o| format!("{:.3}", ns as f64 / o));
             let _ = writeln!(
                 s,
-                "| {} | {integ} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {integ} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 r.workload,
                 r.design,
                 ms(r.total()),
@@ -145,6 +145,7 @@ impl Report {
                 f(r.b.attach_ns),
                 f(r.b.stall_ns),
                 r.b.faults,
+                r.b.wp_faults,
                 r.b.psync_pages,
             );
         }
@@ -394,7 +395,7 @@ impl Report {
     /// One CSV line per cell.
     pub fn csv(&self) -> String {
         let mut s = String::from(
-            "workload,params,design,integrity,threads,total_ns,norm_to_o,compute_ns,fault_ns,psync_ns,detach_ns,attach_ns,stall_ns,faults,late,psyncs,sessions,psync_pages,prefetched,accuracy,coverage,timeliness,est_accuracy,est_coverage,est_timeliness,error\n",
+            "workload,params,design,integrity,threads,total_ns,norm_to_o,compute_ns,fault_ns,psync_ns,detach_ns,attach_ns,stall_ns,faults,wp_faults,late,psyncs,sessions,psync_pages,prefetched,accuracy,coverage,timeliness,est_accuracy,est_coverage,est_timeliness,error\n",
         );
         for r in &self.rows {
             let q = r.quality;
@@ -402,7 +403,7 @@ impl Report {
             let f = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.4}"));
             let _ = writeln!(
                 s,
-                "{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\"",
+                "{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\"",
                 r.workload,
                 r.params,
                 r.design,
@@ -417,6 +418,7 @@ impl Report {
                 r.b.attach_ns,
                 r.b.stall_ns,
                 r.b.faults,
+                r.b.wp_faults,
                 r.b.late,
                 r.b.psyncs,
                 r.b.sessions,
