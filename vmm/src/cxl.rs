@@ -128,6 +128,8 @@ pub struct CxlMemdev {
     bridge: HostBridge,
     /// Guest mappings of committed decoders, by decoder index.
     mapped: Vec<Option<MemSlot>>,
+    /// Shut down: commits no longer map anything.
+    stopped: bool,
 }
 
 /// A stable serial number for the media file, so the guest sees the same
@@ -219,11 +221,21 @@ impl CxlMemdev {
             mapper,
             bridge,
             mapped: Vec::new(),
+            stopped: false,
         })
     }
 
     pub fn expander(&self) -> &Arc<Expander> {
         &self.expander
+    }
+
+    /// GPF at VMM shutdown: the decoded ranges leave the guest's memory map
+    /// (a vCPU still running cannot store into the device any more), then
+    /// the expander writes its dirty blocks back and marks the media clean.
+    pub fn shutdown(&mut self) -> Result<(), ExpanderError> {
+        self.stopped = true;
+        self.mapped.clear();
+        self.expander.shutdown()
     }
 
     /// Maps or unmaps guest memory for a decoder change.
@@ -243,6 +255,9 @@ impl CxlMemdev {
                 let in_dpa = dpa
                     .checked_add(size)
                     .is_some_and(|end| end <= self.expander.size());
+                if self.stopped {
+                    return;
+                }
                 if !inside || !in_dpa {
                     log::warn!(
                         "cxl-t3: decoder {index} committed at {hpa:#x}+{size:#x}, outside the \

@@ -115,8 +115,9 @@ pub struct Machine {
     pmem_files: Vec<Arc<File>>,
     /// The PMO service, detached cleanly when the guest stops.
     pmo: Option<Arc<PmoService>>,
-    /// CXL expanders: flushed and marked clean (GPF) when the machine stops.
-    expanders: Vec<Arc<cxl_t3::expander::Expander>>,
+    /// CXL memory devices: unmapped from the guest, flushed and marked
+    /// clean (GPF) when the machine stops.
+    cxl_devs: Vec<Arc<Mutex<CxlMemdev>>>,
 }
 
 fn io_err(what: &'static str) -> impl Fn(std::io::Error) -> MachineError {
@@ -250,15 +251,15 @@ impl Machine {
 
         // CXL memory expanders, each on a host bridge of its own.
         let mut bridges = Vec::new();
-        let mut expanders = Vec::new();
+        let mut cxl_devs = Vec::new();
         for (i, c) in cfg.cxl_t3.iter().enumerate() {
             let window = devmem
                 .alloc(c.size, CXL_ALIGN)
                 .map_err(|_| MachineError::DeviceMemory)?;
             let bridge = HostBridge::new(i, window, c.size)?;
             let dev = CxlMemdev::new(c, bridge, vm.slot_mapper())?;
-            expanders.push(dev.expander().clone());
             let dev = Arc::new(Mutex::new(dev));
+            cxl_devs.push(dev.clone());
             cxl::plug(
                 &mut root.lock().unwrap_or_else(|e| e.into_inner()),
                 &bridge,
@@ -301,7 +302,7 @@ impl Machine {
             serial,
             pmem_files,
             pmo: pmo_service,
-            expanders,
+            cxl_devs,
             _slots: slots,
         })
     }
@@ -333,10 +334,12 @@ impl Machine {
                 log::error!("flush pmem: {e}");
             }
         }
-        for (i, e) in self.expanders.iter().enumerate() {
-            // GPF: dirty cache blocks to media, then the clean-shutdown mark.
-            match e.shutdown() {
-                Ok(()) => log::info!("cxl-t3 {i}: flushed, {:?}", e.stats()),
+        for (i, dev) in self.cxl_devs.iter().enumerate() {
+            // GPF. vCPUs may still run (SIGTERM): the device first leaves the
+            // guest's memory map, so no store lands after the flush.
+            let mut dev = dev.lock().unwrap_or_else(|e| e.into_inner());
+            match dev.shutdown() {
+                Ok(()) => log::info!("cxl-t3 {i}: flushed, {:?}", dev.expander().stats()),
                 Err(err) => log::error!("cxl-t3 {i}: shutdown flush: {err}"),
             }
         }
