@@ -32,26 +32,11 @@
 
 #include "kernels.h"
 #include "pmo.h"
+#include "root.h"
 
-#define ROOT_MAGIC	0x31484e43424f4d50ULL	/* "PMOBNCH1" */
-#define ROOT_VERSION	1
 #define MAX_THREADS	8
 #define PAGE		4096ULL
 
-/* The persistent root object: everything by offset, nothing by pointer. */
-struct bench_root {
-	uint64_t magic;
-	uint32_t version;
-	uint32_t kind;
-	uint64_t n;
-	uint64_t sweeps;
-	uint64_t tile;
-	uint64_t iters;
-	uint64_t next;		/* iterations completed; psynced together with the data */
-	uint64_t narrays;
-	uint64_t off[WL_MAX_ARRAYS];
-	uint64_t bytes[WL_MAX_ARRAYS];
-};
 
 struct opts {
 	const char *mode;
@@ -264,15 +249,13 @@ static uint64_t pmo_bytes(const struct wl_params *p)
 }
 
 /*
- * The root of the PMO at @base, checked as hostile data: magic, version, a
- * workload the kernels accept, progress within the iterations, and arrays of
- * the right length lying inside the PMO.  NULL with @why set when anything
- * is off (also when there is no root).  Fills @p and @arr.
+ * The root of the PMO at @base, checked as hostile data (root_check()).
+ * NULL with @why set when anything is off (also when there is no root).
+ * Fills @p and @arr.
  */
 static struct bench_root *load_root(unsigned char *base, struct wl_params *p,
 				    float *arr[WL_MAX_ARRAYS], const char **why)
 {
-	uint64_t size = pmo_size(base), roff;
 	struct bench_root *r;
 	unsigned int i;
 
@@ -285,38 +268,12 @@ static struct bench_root *load_root(unsigned char *base, struct wl_params *p,
 		       "cannot read the heap root";
 		return NULL;
 	}
-	roff = p_off(base, r);
-	if (!roff || roff > size || size - roff < sizeof(*r) || roff % 8) {
-		*why = "root outside the PMO";
+	*why = root_check(r, p_off(base, r), pmo_size(base), p);
+	if (*why)
 		return NULL;
-	}
-	if (r->magic != ROOT_MAGIC || r->version != ROOT_VERSION) {
-		*why = "the root is not a pmo_bench run";
-		return NULL;
-	}
-	memset(p, 0, sizeof(*p));
-	p->kind = r->kind;
-	p->n = r->n;
-	p->sweeps = r->sweeps;
-	p->tile = r->tile;
-	if (wl_invalid(p) || r->iters != wl_iters(p) || r->next > r->iters ||
-	    r->narrays != wl_narrays(p)) {
-		*why = "the root's parameters are inconsistent";
-		return NULL;
-	}
 	for (i = 0; i < WL_MAX_ARRAYS; i++) {
-		uint64_t off = r->off[i], len = r->bytes[i];
-
-		arr[i] = NULL;
-		if (i >= r->narrays)
-			continue;
-		if (len != wl_array_bytes(p, i) || off % 16 || !off || off > size ||
-		    size - off < len) {
-			*why = "an array lies outside the PMO";
-			return NULL;
-		}
-		arr[i] = p_ptr(base, off);
-		if (!arr[i]) {
+		arr[i] = i < r->narrays ? p_ptr(base, r->off[i]) : NULL;
+		if (i < r->narrays && !arr[i]) {
 			*why = "an array lies outside the PMO";
 			return NULL;
 		}
