@@ -51,7 +51,7 @@ fn group() -> &'static Group {
                 .param("wl_n", N.to_string())
                 .param("wl_stop", STOP.to_string())
                 .pmo_store(&store, STORE_SIZE)
-                .timeout(Duration::from_secs(400)),
+                .timeout(Duration::from_secs(240)),
             VmSpec::new("wl-restart")
                 .cpus(2)
                 .scenarios(["pmo_workloads_check"])
@@ -59,7 +59,7 @@ fn group() -> &'static Group {
                 .pmo_store(&store, STORE_SIZE)
                 .extra_arg("--pmo-predictor")
                 .extra_arg("adaptive:8")
-                .timeout(Duration::from_secs(300)),
+                .timeout(Duration::from_secs(180)),
         ])
         .map_err(|e| e.to_string())?;
         Ok(Group { vms, store })
