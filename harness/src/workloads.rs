@@ -760,6 +760,67 @@ mod tests {
         }
     }
 
+    /// Plain-loop references of `seq` and `random` over the initial words.
+    fn scan_reference(w: &Workload, threads: usize) -> u64 {
+        let (pages, words) = match *w {
+            Workload::Seq { pages, .. } | Workload::Random { pages, .. } => (pages, pages * WORDS),
+            _ => unreachable!(),
+        };
+        let mut m: Vec<u64> = (0..words as u64)
+            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect();
+        match *w {
+            Workload::Seq { seg, .. } => {
+                for it in 0..w.iters() as usize {
+                    let s = it % (pages / seg);
+                    for p in s * seg..(s + 1) * seg {
+                        let sum = m[p * WORDS..(p + 1) * WORDS]
+                            .iter()
+                            .fold(0u64, |a, x| a.wrapping_add(*x));
+                        if p % 16 == 0 {
+                            m[p * WORDS] = m[p * WORDS].wrapping_add(sum);
+                        }
+                    }
+                }
+            }
+            Workload::Random { touches, .. } => {
+                let own = pages / threads;
+                for it in 0..w.iters() {
+                    for t in 0..threads {
+                        let mut state = RANDOM_SEED ^ (it << 16) ^ t as u64;
+                        for _ in 0..touches.div_ceil(threads) {
+                            let r = splitmix(&mut state);
+                            let p = (r % own as u64) as usize * threads + t;
+                            let word = 1 + ((r >> 40) as usize % (WORDS - 1));
+                            let x = m[p * WORDS + word];
+                            m[p * WORDS] = m[p * WORDS].wrapping_add(x ^ r);
+                        }
+                    }
+                }
+            }
+            _ => unreachable!(),
+        }
+        m.iter().fold(FNV_BASIS, |h, x| fnv1a(h, &x.to_le_bytes()))
+    }
+
+    #[test]
+    fn seq_and_random_match_plain_loop_references() {
+        let seq = Workload::Seq {
+            pages: 48,
+            seg: 16,
+            passes: 2,
+        };
+        let random = Workload::Random {
+            pages: 40,
+            touches: 37,
+            iters: 3,
+        };
+        for threads in [1, 2] {
+            assert_eq!(run(&seq, threads), scan_reference(&seq, threads));
+            assert_eq!(run(&random, threads), scan_reference(&random, threads));
+        }
+    }
+
     #[test]
     fn seq_and_random_are_deterministic_and_change_the_data() {
         for w in [
