@@ -17,7 +17,14 @@ target=${CARGO_TARGET_DIR:-$repo/target}
 out=$repo/target/compare
 
 cargo build --release -q -p pmo-harness
-"$target/release/pmo-compare" --out "$out" "$@"
+# A failed cell (wrong result) makes pmo-compare exit non-zero after writing its report: still
+# draw the plot (failed bars are marked), then pass the failure on.
+status=0
+rm -f "$out/compare.md" "$out/compare.csv" "$out/compare.png"
+"$target/release/pmo-compare" --out "$out" "$@" || status=$?
+if [[ ! -f $out/compare.csv || $status -eq 2 ]]; then
+    exit "$status"
+fi
 # The plot needs matplotlib (python3-matplotlib from scripts/setup.sh, i.e. the system python,
 # which a pyenv or venv python3 earlier on PATH may not see).
 py=
@@ -33,3 +40,4 @@ if [[ -z $py ]]; then
 fi
 "$py" "$repo/scripts/plot_compare.py" "$out/compare.csv" "$out/compare.png"
 echo "compare.sh: wrote $out/compare.md, $out/compare.csv, $out/compare.png" >&2
+exit "$status"
