@@ -21,7 +21,17 @@ pub(crate) fn run_direct(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> 
             detail,
         })?;
         let args = spec.host_vmm_args(env)?;
-        let mut cmd = Command::new(&pmovmm);
+        let mut cmd = match spec.term_after {
+            // SIGTERM after `term_after`; run_logged's kill still ends it at the timeout.
+            Some(term) => {
+                let mut c = Command::new("timeout");
+                c.args(["-s", "TERM"])
+                    .arg(term.mul_f64(timeout_scale()).as_secs().max(1).to_string())
+                    .arg(&pmovmm);
+                c
+            }
+            None => Command::new(&pmovmm),
+        };
         cmd.args(&args);
         let _ = std::fs::write(log_dir.join(format!("vm{i}-cmd.txt")), format!("{cmd:?}\n"));
         let cap = run_logged(

@@ -59,6 +59,9 @@ pub struct VmSpec {
     pub extra_args: Vec<String>,
     /// How long the VM may run, from the VMM's start to its exit.
     pub timeout: Duration,
+    /// Send the VMM SIGTERM after this long (a shutdown test); SIGKILL follows if it is
+    /// still there at `timeout`.
+    pub term_after: Option<Duration>,
     /// Guest kernel; `None`: the image from guest/build.sh.
     pub kernel: Option<PathBuf>,
     /// Guest initramfs; `None`: the image from guest/build.sh.
@@ -92,6 +95,7 @@ impl VmSpec {
             cxl: Vec::new(),
             extra_args: Vec::new(),
             timeout: DEFAULT_VM_TIMEOUT,
+            term_after: None,
             kernel: None,
             initrd: None,
             verbose_console: std::env::var_os("PMO_GUEST_VERBOSE").is_some_and(|v| v != "0"),
@@ -228,6 +232,12 @@ impl VmSpec {
         self
     }
 
+    /// Sends the VMM SIGTERM after `after` (see `term_after`).
+    pub fn term_after(mut self, after: Duration) -> Self {
+        self.term_after = Some(after);
+        self
+    }
+
     /// Sets the timeout of this VM.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
@@ -270,6 +280,12 @@ impl VmSpec {
         }
         if self.timeout.is_zero() {
             return Err("timeout must not be zero".into());
+        }
+        if self
+            .term_after
+            .is_some_and(|t| t.is_zero() || t >= self.timeout)
+        {
+            return Err("term_after must be non-zero and shorter than the timeout".into());
         }
         Ok(())
     }

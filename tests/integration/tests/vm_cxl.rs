@@ -1,17 +1,24 @@
 //! The CXL Type 3 memory expander (`pmovmm run --cxl-t3`) end to end, driven by the guest's
 //! own CXL drivers and Debian's `cxl`/`ndctl` tools.
 //!
-//! Two test host boots:
+//! Three test host boots, one for group 1 and two for group 2 (the media file is checked
+//! between them):
 //! 1. "cxl" (a new media file) lists the memdev (stage 1) and the ports, endpoint and
 //!    decoders (stage 2), creates a pmem region and a devdax namespace and writes a pattern
 //!    (stage 3); "cxl-restart", a new VMM process on the same media and LSA, creates the
-//!    region again, finds the namespace from its labels and reads the pattern back.
+//!    region again, finds the namespace from its labels and reads the pattern back; "crash"
+//!    reads a clean health record and is then killed (SIGKILL, no shutdown flush), and
+//!    "after-crash" reads a Dirty Shutdown Count of 1 and still the pattern the clean runs
+//!    left on the media; "term" writes a second pattern and its VMM gets SIGTERM, and
+//!    "after-term" reads that pattern (the SIGTERM shutdown flushed the device cache) and
+//!    no new dirty shutdown.
 //! 2. "keyed" writes a marker into a device whose whole range is keyed (`key=FILE`); the
 //!    media file must not hold it. Then "keyless" (same media, no key) must not read it, and
 //!    "rekeyed" (the key again) must.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use pmo_integration::{run_vms, unique_pattern, Env, VmOutcome, VmSpec};
 
@@ -23,6 +30,7 @@ struct Plain {
     vms: Vec<VmOutcome>,
     media: PathBuf,
     pattern: String,
+    pattern2: String,
 }
 
 struct Keyed {
@@ -48,6 +56,7 @@ fn plain() -> &'static Plain {
         let dir = env.work_dir("vm-cxl").map_err(|e| e.to_string())?;
         let media = fresh(&dir, "cxl.img");
         let pattern = unique_pattern("CXLDATA");
+        let pattern2 = unique_pattern("CXLTERM");
         let vms = run_vms(&[
             VmSpec::new("cxl")
                 .scenarios(["cxl_list", "cxl_region_write"])
@@ -57,12 +66,33 @@ fn plain() -> &'static Plain {
                 .scenarios(["cxl_region_read"])
                 .param("pattern", &pattern)
                 .cxl_t3(&media, SIZE, None, OPTS),
+            VmSpec::new("crash")
+                .scenarios(["cxl_health", "cxl_hold"])
+                .timeout(Duration::from_secs(45))
+                .cxl_t3(&media, SIZE, None, OPTS),
+            VmSpec::new("after-crash")
+                .scenarios(["cxl_health", "cxl_region_read"])
+                .param("pattern", &pattern)
+                .cxl_t3(&media, SIZE, None, OPTS),
+            VmSpec::new("term")
+                .scenarios(["cxl_write_hold"])
+                .param("pattern", &pattern2)
+                .param("offset", "8192")
+                .term_after(Duration::from_secs(50))
+                .timeout(Duration::from_secs(100))
+                .cxl_t3(&media, SIZE, None, OPTS),
+            VmSpec::new("after-term")
+                .scenarios(["cxl_health", "cxl_region_read"])
+                .param("pattern", &pattern2)
+                .param("offset", "8192")
+                .cxl_t3(&media, SIZE, None, OPTS),
         ])
         .map_err(|e| e.to_string())?;
         Ok(Plain {
             vms,
             media,
             pattern,
+            pattern2,
         })
     });
     match g {
@@ -188,4 +218,46 @@ fn keyless_boot_does_not_see_the_marker_and_the_key_brings_it_back() {
     let g = keyed();
     g.later[0].assert_all_ok(&["cxl_region_read"]);
     g.later[1].assert_all_ok(&["cxl_region_read"]);
+}
+
+#[test]
+fn a_killed_vmm_is_a_dirty_shutdown_the_guest_sees() {
+    let g = plain();
+    let before = g.vms[2].assert_ok("cxl_health.health");
+    assert_eq!(field(before, "dirty_shutdowns"), Some("0"), "{before}");
+    assert!(g.vms[2].timed_out, "the crash VM must have been killed");
+    let after = g.vms[3].assert_ok("cxl_health.health");
+    assert_eq!(field(after, "dirty_shutdowns"), Some("1"), "{after}");
+    // What the clean runs flushed is still there.
+    g.vms[3].assert_all_ok(&["cxl_health", "cxl_region_read"]);
+}
+
+#[test]
+fn sigterm_flushes_the_device_cache() {
+    let g = plain();
+    let term = &g.vms[4];
+    term.assert_ok("cxl_write_hold.write");
+    assert!(
+        !term.timed_out,
+        "the VMM must end on SIGTERM, not at the timeout"
+    );
+    assert!(
+        term.vmm_stderr.contains("terminated by SIGTERM"),
+        "{}",
+        term.vmm_stderr
+    );
+    let after = &g.vms[5];
+    after.assert_all_ok(&["cxl_health", "cxl_region_read"]);
+    let h = after.assert_ok("cxl_health.health");
+    assert_eq!(
+        field(h, "dirty_shutdowns"),
+        Some("1"),
+        "no new dirty shutdown: {h}"
+    );
+    let media = std::fs::read(&g.media).unwrap();
+    let p = g.pattern2.as_bytes();
+    assert!(
+        media.windows(p.len()).any(|w| w == p),
+        "second pattern not on the media"
+    );
 }
