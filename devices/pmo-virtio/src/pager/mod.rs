@@ -74,6 +74,8 @@ struct PrefetchJob {
     slice: Arc<Slice>,
     page: u64,
     stage: bool,
+    /// Predicted from a write fault: install it writable and dirty (see `predict_after`).
+    writing: bool,
 }
 
 /// Where fault threads hand predicted pages to the prefetch worker.
@@ -729,7 +731,7 @@ impl Pager {
             slice.feedback(page, true);
             // Predict before the install wakes the guest: its next touch must
             // find the next batch already on its way.
-            self.predict_after(&slice, page, f.tid);
+            self.predict_after(&slice, page, f.tid, f.write);
             slice.stats.record_fault(start.elapsed().as_nanos() as u64);
             self.install(f.address, &staged.data, wp);
             set_bit(&slice.installed, page);
@@ -752,7 +754,7 @@ impl Pager {
                 set_bit(&slice.demand, page);
                 // Predict before the install wakes the guest: its next touch must
                 // find the next pages already on their way.
-                self.predict_after(&slice, page, f.tid);
+                self.predict_after(&slice, page, f.tid, f.write);
                 // Count before installing, for the same reason. The histogram
                 // covers lookup, decryption, verification and prediction.
                 slice.stats.pages_decrypted.fetch_add(1, Ordering::Relaxed);
@@ -791,8 +793,11 @@ impl Pager {
     }
 
     /// Asks the slice's predictor what to pre-populate after a fault on `page`
-    /// and queues what is not there yet.
-    fn predict_after(&self, slice: &Arc<Slice>, page: u64, tid: u32) {
+    /// and queues what is not there yet. Pages predicted from a write fault
+    /// of a writable attachment are installed writable and dirty: a stream
+    /// being written (an output array) would otherwise take a write-protect
+    /// fault on every prefetched page. A wrong guess costs psync one page.
+    fn predict_after(&self, slice: &Arc<Slice>, page: u64, tid: u32, write: bool) {
         let mut pages = Vec::new();
         let single_trigger;
         {
@@ -828,6 +833,7 @@ impl Pager {
                 slice: slice.clone(),
                 page: p,
                 stage: trigger == Some(i),
+                writing: write,
             };
             // A full backlog drops the prediction: prefetch never delays a fault.
             if tx.as_ref().is_none_or(|tx| tx.try_send(job).is_err()) {
@@ -843,7 +849,8 @@ impl Pager {
     /// Pre-populates one predicted page: fill from the source and install it,
     /// unless a fault got there first. A page that fails verification is left
     /// alone: only a real access to it is refused (see `handle`).
-    fn prefetch_page(&self, slice: &Slice, page: u64, stage: bool, buf: &mut [u8; PAGE]) {
+    fn prefetch_page(&self, slice: &Slice, job: &PrefetchJob, buf: &mut [u8; PAGE]) {
+        let (page, stage) = (job.page, job.stage);
         if slice.closing.load(Ordering::Acquire) || test_bit(&slice.installed, page) {
             return;
         }
@@ -871,7 +878,11 @@ impl Pager {
             return;
         }
         let addr = self.page_addr(slice, page);
-        if self.install(addr, buf, slice.source.writable()) {
+        let writable = slice.source.writable();
+        if writable && job.writing {
+            slice.mark_dirty(page);
+        }
+        if self.install(addr, buf, writable && !job.writing) {
             slice.stats.pages_prefetched.fetch_add(1, Ordering::Relaxed);
         }
         set_bit(&slice.installed, page);
@@ -978,7 +989,7 @@ fn prefetch_worker(pager: std::sync::Weak<Pager>, rx: std::sync::mpsc::Receiver<
     let mut buf = Box::new([0u8; PAGE]);
     while let Ok(job) = rx.recv() {
         let Some(p) = pager.upgrade() else { return };
-        p.prefetch_page(&job.slice, job.page, job.stage, &mut buf);
+        p.prefetch_page(&job.slice, &job, &mut buf);
     }
 }
 

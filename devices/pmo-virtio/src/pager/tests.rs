@@ -407,3 +407,57 @@ fn triggers_report_use_and_waste() {
     );
     pager.detach(off).unwrap();
 }
+
+#[test]
+fn pages_predicted_from_a_write_are_installed_dirty() {
+    let pager = Pager::new(64 * PAGE_U64, 1).unwrap();
+    let (off, stats) = pager
+        .attach(
+            Arc::new(Pattern {
+                writable: true,
+                bad_page: None,
+            }),
+            32,
+        )
+        .unwrap();
+    pager
+        .set_predictor(
+            off,
+            Some(pmo_policies::predictor_from_name("stream:4").unwrap()),
+        )
+        .unwrap();
+    let base = pager.host_addr() + off;
+    let write = |p: u64| {
+        // SAFETY: test write to an attached, writable page of the window.
+        unsafe { std::ptr::write_volatile((base + p * PAGE_U64 + 8) as *mut u8, 0xee) }
+    };
+    // A write fault on page 0: pages 1, 2 and 4 arrive writable and dirty (3 is the trigger).
+    write(0);
+    wait_for("pages 1, 2, 4 prefetched", || {
+        stats.pages_prefetched.load(Ordering::Relaxed) == 3
+    });
+    write(1);
+    write(2);
+    assert_eq!(
+        stats.wp_faults.load(Ordering::Relaxed),
+        0,
+        "no write-protect fault"
+    );
+    let mut got = Vec::new();
+    pager
+        .collect_dirty(off, |pages| {
+            got = pages.iter().map(|(p, _)| *p).collect();
+            Ok::<_, ()>(())
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, [0, 1, 2, 4], "the dirty set");
+    // A read fault further on: its predictions are write-protected as before.
+    assert_eq!(read_u64(base + 16 * PAGE_U64), 16);
+    wait_for("pages 17, 18, 20 prefetched", || {
+        stats.pages_prefetched.load(Ordering::Relaxed) == 6
+    });
+    write(17);
+    assert_eq!(stats.wp_faults.load(Ordering::Relaxed), 1);
+    pager.detach(off).unwrap();
+}
