@@ -37,7 +37,6 @@
 #define MAX_THREADS	8
 #define PAGE		4096ULL
 
-
 struct opts {
 	const char *mode;
 	struct wl_params p;
@@ -523,6 +522,7 @@ static int cmd_run(const struct opts *o)
 		       wl_kind_name(o->p.kind), (unsigned long long)o->p.n,
 		       (unsigned long long)sh.end);
 		fflush(stdout);
+		wipe_key();	/* _exit() skips the atexit handler */
 		_exit(0);
 	}
 	if (end_session(&sh) < 0)
