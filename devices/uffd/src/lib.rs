@@ -241,3 +241,61 @@ impl AsRawFd for Uffd {
         self.fd.as_raw_fd()
     }
 }
+
+/// A private anonymous mapping: the memory a userfaultfd pager registers
+/// and a VMM maps into its guest (the PMO window, the CXL expander's DPA
+/// space). Owns its pages; unmapped on drop.
+pub struct AnonMap {
+    addr: *mut libc::c_void,
+    len: usize,
+}
+
+// SAFETY: plain memory. Owners use the address for ioctls, `madvise` and
+// `mprotect`, and copy pages with raw copies that tolerate concurrent guest
+// writes; nothing holds references into it.
+unsafe impl Send for AnonMap {}
+// SAFETY: as above.
+unsafe impl Sync for AnonMap {}
+
+impl AnonMap {
+    /// Maps `len` bytes, placed by the kernel, not reserved up front.
+    pub fn new(len: usize) -> io::Result<Self> {
+        // SAFETY: a fresh private anonymous mapping chosen by the kernel.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(AnonMap { addr, len })
+    }
+
+    /// Host address of the first byte.
+    pub fn addr(&self) -> u64 {
+        self.addr as u64
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping is empty (never: `mmap` refuses length 0).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for AnonMap {
+    fn drop(&mut self) {
+        // SAFETY: exactly the mapping created in `new`.
+        unsafe { libc::munmap(self.addr, self.len) };
+    }
+}

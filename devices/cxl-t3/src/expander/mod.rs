@@ -41,7 +41,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use pmo_virtio::crypto::wipe;
-use uffd::{Fault, Install, Uffd};
+use uffd::{AnonMap, Fault, Install, Uffd};
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::cache::{CacheError, CacheModel, CacheStats, BLOCK, DEFAULT_WAYS};
@@ -122,45 +122,6 @@ pub struct ExpanderCounters {
     pub resident: u64,
     /// Of those, dirty.
     pub dirty: u64,
-}
-
-/// RAII anonymous mapping of the DPA space.
-struct AnonMap {
-    addr: *mut libc::c_void,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain memory; we use its address for ioctls and
-// `madvise`, and copy resident pages only while holding their set lock.
-unsafe impl Send for AnonMap {}
-// SAFETY: as above.
-unsafe impl Sync for AnonMap {}
-
-impl AnonMap {
-    fn new(len: usize) -> io::Result<Self> {
-        // SAFETY: a fresh private anonymous mapping placed by the kernel.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(AnonMap { addr, len })
-    }
-}
-
-impl Drop for AnonMap {
-    fn drop(&mut self) {
-        // SAFETY: exactly the mapping made in `new`.
-        unsafe { libc::munmap(self.addr, self.len) };
-    }
 }
 
 /// One CXL Type 3 device's memory. The handle owns the fault threads:
@@ -249,7 +210,7 @@ impl Expander {
         }
         let map = AnonMap::new(len).map_err(os("mmap DPA space"))?;
         let uffd = Uffd::new().map_err(os("userfaultfd"))?;
-        uffd.register(map.addr as u64, cfg.size)
+        uffd.register(map.addr(), cfg.size)
             .map_err(os("register DPA space"))?;
         let sets = model.sets() as usize;
         let shared = Arc::new(Shared {
@@ -296,7 +257,7 @@ impl Expander {
 impl Shared {
     /// Start of the DPA space in this process: what the VMM maps as a memslot.
     pub fn host_addr(&self) -> u64 {
-        self.map.addr as u64
+        self.map.addr()
     }
 
     /// DPA space size in bytes.

@@ -26,6 +26,7 @@ use std::time::Instant;
 
 use crate::crypto::PAGE;
 use pmo_policies::{FaultEvent, Predictor};
+use uffd::AnonMap;
 pub use uffd::{Fault, Install, Uffd};
 use zeroize::Zeroize;
 
@@ -302,45 +303,6 @@ impl Slice {
     }
 }
 
-/// RAII anonymous mapping that backs the window.
-struct AnonMap {
-    addr: *mut libc::c_void,
-    len: usize,
-}
-
-// SAFETY: plain memory; the pointer is only used as an address for ioctls,
-// `madvise`/`mprotect`, and raw copies that tolerate concurrent guest writes.
-unsafe impl Send for AnonMap {}
-// SAFETY: see above.
-unsafe impl Sync for AnonMap {}
-
-impl AnonMap {
-    fn new(len: usize) -> io::Result<Self> {
-        // SAFETY: a fresh private anonymous mapping chosen by the kernel.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(AnonMap { addr, len })
-    }
-}
-
-impl Drop for AnonMap {
-    fn drop(&mut self) {
-        // SAFETY: exactly the mapping created in `new`.
-        unsafe { libc::munmap(self.addr, self.len) };
-    }
-}
-
 /// The window and its fault service.
 pub struct Pager {
     map: AnonMap,
@@ -364,8 +326,7 @@ impl Pager {
         let len = usize::try_from(size).map_err(|_| PagerError::BadWindowSize(size))?;
         let map = AnonMap::new(len).map_err(PagerError::Mmap)?;
         let uffd = Uffd::new().map_err(PagerError::Uffd)?;
-        uffd.register(map.addr as u64, size)
-            .map_err(PagerError::Uffd)?;
+        uffd.register(map.addr(), size).map_err(PagerError::Uffd)?;
         let pager = Arc::new(Pager {
             map,
             uffd: Arc::new(uffd),
@@ -409,11 +370,11 @@ impl Pager {
 
     /// Host address of the window (what the VMM maps into the guest).
     pub fn host_addr(&self) -> u64 {
-        self.map.addr as u64
+        self.map.addr()
     }
 
     pub fn size(&self) -> u64 {
-        self.map.len as u64
+        self.map.len() as u64
     }
 
     /// Pages of live attachments that failed verification and stay
