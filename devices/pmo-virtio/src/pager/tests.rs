@@ -229,6 +229,14 @@ fn dropping_the_pager_stops_its_threads() {
     assert!(weak.upgrade().is_none());
 }
 
+/// Attaches `source` over `npages` with the predictor `spec`.
+fn predicted(pager: &Pager, source: Pattern, npages: u64, spec: &str) -> (u64, Arc<SliceStats>) {
+    let (off, stats) = pager.attach(Arc::new(source), npages).unwrap();
+    let predictor = pmo_policies::predictor_from_name(spec).unwrap();
+    pager.set_predictor(off, Some(predictor)).unwrap();
+    (off, stats)
+}
+
 /// Waits (bounded) until `cond` holds; the test fails if it never does.
 fn wait_for(what: &str, cond: impl Fn() -> bool) {
     let deadline = Instant::now() + std::time::Duration::from_secs(10);
@@ -241,22 +249,16 @@ fn wait_for(what: &str, cond: impl Fn() -> bool) {
 #[test]
 fn predicted_pages_are_installed_off_the_fault_path() {
     let pager = Pager::new(64 * PAGE_U64, 1).unwrap();
-    let (off, stats) = pager
-        .attach(
-            Arc::new(Pattern {
-                writable: false,
-                bad_page: Some(2),
-            }),
-            32,
-        )
-        .unwrap();
     // Next four pages after each fault, a stream buffer of depth 4.
-    pager
-        .set_predictor(
-            off,
-            Some(pmo_policies::predictor_from_name("stream:4").unwrap()),
-        )
-        .unwrap();
+    let (off, stats) = predicted(
+        &pager,
+        Pattern {
+            writable: false,
+            bad_page: Some(2),
+        },
+        32,
+        "stream:4",
+    );
     let base = pager.host_addr() + off;
     // Touch page 0: pages 1..=4 get predicted. Page 2 fails verification and
     // stays out; page 3, the middle of the batch, is held back as a trigger.
@@ -342,22 +344,14 @@ fn walk(base: u64, pages: impl Iterator<Item = u64>) {
 #[test]
 fn triggers_report_use_and_waste() {
     const N: u64 = 4096;
-    let source = || {
-        Arc::new(Pattern {
-            writable: false,
-            bad_page: None,
-        })
+    let source = || Pattern {
+        writable: false,
+        bad_page: None,
     };
     let pager = Pager::new(2 * N * PAGE_U64, 2).unwrap();
     // A sequential scan with stream:8 faults only at the start, on late
     // pages and on triggers, and every trigger is used.
-    let (off, stats) = pager.attach(source(), N).unwrap();
-    pager
-        .set_predictor(
-            off,
-            Some(pmo_policies::predictor_from_name("stream:8").unwrap()),
-        )
-        .unwrap();
+    let (off, stats) = predicted(&pager, source(), N, "stream:8");
     walk(pager.host_addr() + off, 0..N);
     assert_eq!(stats.demand_unpredicted.load(Ordering::Relaxed), 1);
     assert_eq!(stats.trigger_wasted.load(Ordering::Relaxed), 0);
@@ -365,13 +359,7 @@ fn triggers_report_use_and_waste() {
     assert!(est.coverage.unwrap() > 0.99, "{est:?}");
     pager.detach(off).unwrap();
     // Random touches: the stream's triggers expire untouched.
-    let (off, stats) = pager.attach(source(), N).unwrap();
-    pager
-        .set_predictor(
-            off,
-            Some(pmo_policies::predictor_from_name("stream:4").unwrap()),
-        )
-        .unwrap();
+    let (off, stats) = predicted(&pager, source(), N, "stream:4");
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
     let random: Vec<u64> = (0..1500)
         .map(|_| {
@@ -392,13 +380,7 @@ fn triggers_report_use_and_waste() {
     let stream_issued = pager.page_sets(off).unwrap().prefetched.len();
     pager.detach(off).unwrap();
     // The adaptive predictor hears of that waste and stops predicting.
-    let (off, _) = pager.attach(source(), N).unwrap();
-    pager
-        .set_predictor(
-            off,
-            Some(pmo_policies::predictor_from_name("adaptive").unwrap()),
-        )
-        .unwrap();
+    let (off, _) = predicted(&pager, source(), N, "adaptive");
     walk(pager.host_addr() + off, random.iter().copied());
     let adaptive_issued = pager.page_sets(off).unwrap().prefetched.len();
     assert!(
@@ -411,21 +393,15 @@ fn triggers_report_use_and_waste() {
 #[test]
 fn pages_predicted_from_a_write_are_installed_dirty() {
     let pager = Pager::new(64 * PAGE_U64, 1).unwrap();
-    let (off, stats) = pager
-        .attach(
-            Arc::new(Pattern {
-                writable: true,
-                bad_page: None,
-            }),
-            32,
-        )
-        .unwrap();
-    pager
-        .set_predictor(
-            off,
-            Some(pmo_policies::predictor_from_name("stream:4").unwrap()),
-        )
-        .unwrap();
+    let (off, stats) = predicted(
+        &pager,
+        Pattern {
+            writable: true,
+            bad_page: None,
+        },
+        32,
+        "stream:4",
+    );
     let base = pager.host_addr() + off;
     let write = |p: u64| {
         // SAFETY: test write to an attached, writable page of the window.
