@@ -1,8 +1,8 @@
 //! The CXL Type 3 memory expander (`pmovmm run --cxl-t3`) end to end, driven by the guest's
 //! own CXL drivers and Debian's `cxl`/`ndctl` tools.
 //!
-//! Three test host boots, one for group 1 and two for group 2 (the media file is checked
-//! between them):
+//! Four test host boots: one for group 1, two for group 2 (the media file is checked between
+//! them), one for group 3:
 //! 1. "cxl" (a new media file) lists the memdev (stage 1) and the ports, endpoint and
 //!    decoders (stage 2), creates a pmem region and a devdax namespace and writes a pattern
 //!    (stage 3); "cxl-restart", a new VMM process on the same media and LSA, creates the
@@ -15,6 +15,8 @@
 //! 2. "keyed" writes a marker into a device whose whole range is keyed (`key=FILE`); the
 //!    media file must not hold it. Then "keyless" (same media, no key) must not read it, and
 //!    "rekeyed" (the key again) must.
+//! 3. "two": two `--cxl-t3` devices are two memdevs, each with its own host bridge, root
+//!    decoder and endpoint.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -260,4 +262,28 @@ fn sigterm_flushes_the_device_cache() {
         media.windows(p.len()).any(|w| w == p),
         "second pattern not on the media"
     );
+}
+
+#[test]
+fn two_devices_two_host_bridges() {
+    static G: OnceLock<Result<Vec<VmOutcome>, String>> = OnceLock::new();
+    let vms = G.get_or_init(|| {
+        let env = Env::from_env();
+        let dir = env.work_dir("vm-cxl-two").map_err(|e| e.to_string())?;
+        let a = fresh(&dir, "a.img");
+        let b = fresh(&dir, "b.img");
+        run_vms(&[VmSpec::new("two")
+            .scenarios(["cxl_count"])
+            .param("devices", "2")
+            .cxl_t3(&a, SIZE, None, OPTS)
+            .cxl_t3(&b, 2 * SIZE, None, OPTS)])
+        .map_err(|e| e.to_string())
+    });
+    let vms = match vms {
+        Ok(v) => v,
+        Err(e) => panic!("VM run failed: {e}"),
+    };
+    vms[0].assert_all_ok(&["cxl_count"]);
+    let m = vms[0].assert_ok("cxl_count.memdevs");
+    assert!(m.contains(&format!("\"pmem_size\":{}", 2 * SIZE)), "{m}");
 }
