@@ -281,10 +281,11 @@ pub struct RunArgs {
     /// lsa: label storage file [default: MEDIA.lsa]; cache: device DRAM
     /// cache [default: 64M]; ways: its associativity [default: 8]; latency:
     /// media latency in ns per miss or write-back [default: 25000]; key:
-    /// file with a TEE range key for the whole device.
+    /// file with a TEE range key for the whole device; serial: the device's serial number
+    /// (decimal or 0x hex) [default: derived from the media path].
     #[arg(
         long = "cxl-t3",
-        value_name = "media=FILE,size=SIZE[,lsa=FILE][,cache=SIZE][,ways=N][,latency=NS][,key=FILE]"
+        value_name = "media=FILE,size=SIZE[,lsa=FILE][,cache=SIZE][,ways=N][,latency=NS][,key=FILE][,serial=N]"
     )]
     pub cxl_t3: Vec<String>,
     /// Where the guest's serial console goes [default: stdout].
@@ -354,6 +355,8 @@ pub struct CxlT3Config {
     pub latency_ns: u64,
     /// File holding a TEE range key programmed over the whole device.
     pub key: Option<PathBuf>,
+    /// Device serial number; `None`: derived from the media path.
+    pub serial: Option<u64>,
 }
 
 /// CXL decoders and memory windows work in 256 MiB units.
@@ -589,7 +592,9 @@ fn parse_cxl_t3(text: &str, base: &Path) -> Result<CxlT3Config, ConfigError> {
     let opts = OptionList::parse(
         "cxl-t3",
         text,
-        &["media", "size", "lsa", "cache", "ways", "latency", "key"],
+        &[
+            "media", "size", "lsa", "cache", "ways", "latency", "key", "serial",
+        ],
         0,
     )?;
     let media = base.join(opts.required("media")?);
@@ -643,6 +648,16 @@ fn parse_cxl_t3(text: &str, base: &Path) -> Result<CxlT3Config, ConfigError> {
             PathBuf::from(name)
         }
     };
+    let serial = match opts.get("serial") {
+        Some(v) => {
+            let n = match v.strip_prefix("0x") {
+                Some(hex) => u64::from_str_radix(hex, 16).ok(),
+                None => v.parse::<u64>().ok(),
+            };
+            Some(n.ok_or_else(|| opts.error(format!("serial \"{v}\" is not a 64-bit number")))?)
+        }
+        None => None,
+    };
     Ok(CxlT3Config {
         media,
         size,
@@ -651,6 +666,7 @@ fn parse_cxl_t3(text: &str, base: &Path) -> Result<CxlT3Config, ConfigError> {
         ways,
         latency_ns,
         key: opts.get("key").map(|k| base.join(k)),
+        serial,
     })
 }
 
@@ -1536,7 +1552,7 @@ mod tests {
             &format!("media={},size=1G", s.arg("a.img")),
             "--cxl-t3",
             &format!(
-                "media={},size=512M,lsa={},cache=8M,ways=4,latency=0,key={}",
+                "media={},size=512M,lsa={},cache=8M,ways=4,latency=0,key={},serial=0x1f",
                 s.arg("b.img"),
                 s.arg("b.labels"),
                 s.arg("key")
@@ -1554,6 +1570,7 @@ mod tests {
                     ways: DEFAULT_CXL_WAYS,
                     latency_ns: DEFAULT_CXL_LATENCY_NS,
                     key: None,
+                    serial: None,
                 },
                 CxlT3Config {
                     media: s.path("b.img"),
@@ -1563,6 +1580,7 @@ mod tests {
                     ways: 4,
                     latency_ns: 0,
                     key: Some(s.path("key")),
+                    serial: Some(0x1f),
                 },
             ]
         );
@@ -1581,6 +1599,7 @@ mod tests {
         assert!(e(&format!("media={media},size=1G,cache=6K")).contains("cache 6K"));
         assert!(e(&format!("media={media},size=1G,cache=12K,ways=8")).contains("does not divide"));
         assert!(e(&format!("media={media},size=1G,latency=x")).contains("latency \"x\""));
+        assert!(e(&format!("media={media},size=1G,serial=0xg")).contains("serial \"0xg\""));
         assert!(e(&format!("media={media},size=1G,key={}", s.arg("nokey")))
             .starts_with("cxl-t3 key file"));
         assert!(e("size=1G").contains("missing media"));

@@ -207,7 +207,7 @@ impl CxlMemdev {
         let mut pcie_mask = [0u8; 0x3a];
         pcie_mask[0x06..0x08].copy_from_slice(&0x7fffu16.to_le_bytes());
         config.add_capability(PCIE_CAP_ID, &pcie, &pcie_mask)?;
-        let dsn = dvsec::serial_number(serial_for(&cfg.media));
+        let dsn = dvsec::serial_number(cfg.serial.unwrap_or_else(|| serial_for(&cfg.media)));
         config.add_ext_capability(dvsec::DSN_CAP_ID, 1, &dsn.body, &dsn.wmask)?;
         let dev = dvsec::device_dvsec(cfg.size);
         config.add_ext_capability(dvsec::DVSEC_CAP_ID, 1, &dev.body, &dev.wmask)?;

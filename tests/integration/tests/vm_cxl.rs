@@ -16,7 +16,7 @@
 //!    media file must not hold it. Then "keyless" (same media, no key) must not read it, and
 //!    "rekeyed" (the key again) must.
 //! 3. "two": two `--cxl-t3` devices are two memdevs, each with its own host bridge, root
-//!    decoder and endpoint.
+//!    decoder and endpoint; the second has the serial given with `serial=`.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -276,7 +276,7 @@ fn two_devices_two_host_bridges() {
             .scenarios(["cxl_count"])
             .param("devices", "2")
             .cxl_t3(&a, SIZE, None, OPTS)
-            .cxl_t3(&b, 2 * SIZE, None, OPTS)])
+            .cxl_t3(&b, 2 * SIZE, None, &format!("{OPTS},serial=0x5eed"))])
         .map_err(|e| e.to_string())
     });
     let vms = match vms {
@@ -285,5 +285,8 @@ fn two_devices_two_host_bridges() {
     };
     vms[0].assert_all_ok(&["cxl_count"]);
     let m = vms[0].assert_ok("cxl_count.memdevs");
-    assert!(m.contains(&format!("\"pmem_size\":{}", 2 * SIZE)), "{m}");
+    assert!(
+        m.contains(&format!("\"pmem_size\":{},\"serial\":{}", 2 * SIZE, 0x5eed)),
+        "the second device has its size and the serial given with serial=: {m}"
+    );
 }
