@@ -217,7 +217,13 @@ impl Commands {
         let Some(data) = input.get(8..) else {
             return RC_INVALID_INPUT;
         };
-        match self.lsa.write(offset.into(), data) {
+        // Labels are written rarely (namespace changes) and must survive a
+        // crash right after the command completes: sync before answering.
+        match self
+            .lsa
+            .write(offset.into(), data)
+            .and_then(|()| self.lsa.sync())
+        {
             Ok(()) => RC_SUCCESS,
             Err(crate::lsa::LsaError::Bounds { .. }) => RC_INVALID_INPUT,
             Err(e) => {
