@@ -13,7 +13,7 @@ pub(crate) fn run_direct(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> 
     let label = crate::spec::run_label(specs);
     let log_dir = env.new_log_dir(&format!("direct-{label}"))?;
     let _lock = env.lock()?;
-    crate::spec::ensure_pmo_stores(&pmovmm, specs)?;
+    crate::spec::ensure_backing_files(&pmovmm, specs)?;
     let mut outcomes = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
         spec.validate().map_err(|detail| RunnerError::InvalidSpec {

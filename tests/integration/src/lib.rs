@@ -57,7 +57,7 @@ pub fn run_shell(spec: &VmSpec) -> Result<Option<i32>> {
     match backend()? {
         Backend::Direct => {
             let pmovmm = env.require_pmovmm()?;
-            spec::ensure_pmo_stores(&pmovmm, std::slice::from_ref(&spec))?;
+            spec::ensure_backing_files(&pmovmm, std::slice::from_ref(&spec))?;
             let status = Command::new(&pmovmm)
                 .args(spec.host_vmm_args(&env)?)
                 .status()

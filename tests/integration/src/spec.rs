@@ -300,70 +300,60 @@ pub(crate) fn run_label(specs: &[VmSpec]) -> String {
         .join("+")
 }
 
-/// Formats every missing PMO store of `specs` with `pmovmm store create`, on this machine,
-/// before any VM starts: the file then has its final size (the test host's disks need that)
-/// and the VMM opens an existing store.
-pub(crate) fn ensure_pmo_stores(pmovmm: &Path, specs: &[VmSpec]) -> crate::error::Result<()> {
+/// Formats every missing PMO store and CXL media file of `specs` (`pmovmm store create`,
+/// `pmovmm cxl create`), on this machine, before any VM starts: the file then has its final
+/// size (the test host's disks need that) and the VMM opens an existing one.
+pub(crate) fn ensure_backing_files(pmovmm: &Path, specs: &[VmSpec]) -> crate::error::Result<()> {
     use crate::error::RunnerError;
     for spec in specs {
-        let Some(store) = &spec.pmo_store else {
-            continue;
-        };
-        if store.path.exists() {
-            continue;
-        }
-        let size = store.size.ok_or_else(|| RunnerError::InvalidSpec {
-            name: spec.name.clone(),
-            detail: format!(
-                "PMO store {} does not exist and has no size",
-                store.path.display()
-            ),
-        })?;
-        let out = std::process::Command::new(pmovmm)
-            .args(["store", "create"])
-            .arg(&store.path)
-            .args(["--size", &format_size(size)])
-            .output()
-            .map_err(|source| RunnerError::Spawn {
-                program: pmovmm.display().to_string(),
-                source,
-            })?;
-        if !out.status.success() {
-            return Err(RunnerError::InvalidSpec {
-                name: spec.name.clone(),
-                detail: format!(
-                    "pmovmm store create {}: {}",
-                    store.path.display(),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ),
-            });
-        }
-    }
-    for spec in specs {
-        for c in &spec.cxl {
-            if c.media.path.exists() {
-                continue;
-            }
-            let out = std::process::Command::new(pmovmm)
-                .args(["cxl", "create"])
-                .arg(&c.media.path)
-                .args(["--size", &format_size(c.size)])
-                .output()
-                .map_err(|source| RunnerError::Spawn {
-                    program: pmovmm.display().to_string(),
-                    source,
-                })?;
-            if !out.status.success() {
-                return Err(RunnerError::InvalidSpec {
+        if let Some(store) = &spec.pmo_store {
+            if !store.path.exists() {
+                let size = store.size.ok_or_else(|| RunnerError::InvalidSpec {
                     name: spec.name.clone(),
                     detail: format!(
-                        "pmovmm cxl create {}: {}",
-                        c.media.path.display(),
-                        String::from_utf8_lossy(&out.stderr).trim()
+                        "PMO store {} does not exist and has no size",
+                        store.path.display()
                     ),
-                });
+                })?;
+                create_file(pmovmm, spec, "store", &store.path, size)?;
             }
         }
+        for c in &spec.cxl {
+            if !c.media.path.exists() {
+                create_file(pmovmm, spec, "cxl", &c.media.path, c.size)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `pmovmm <kind> create PATH --size SIZE` for `spec`.
+fn create_file(
+    pmovmm: &Path,
+    spec: &VmSpec,
+    kind: &str,
+    path: &Path,
+    size: u64,
+) -> crate::error::Result<()> {
+    use crate::error::RunnerError;
+    let out = std::process::Command::new(pmovmm)
+        .args([kind, "create"])
+        .arg(path)
+        .args(["--size", &format_size(size)])
+        .output()
+        .map_err(|source| RunnerError::Spawn {
+            program: pmovmm.display().to_string(),
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(RunnerError::InvalidSpec {
+            name: spec.name.clone(),
+            detail: format!(
+                "pmovmm {kind} create {}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        });
     }
     Ok(())
 }
@@ -416,7 +406,7 @@ pub(crate) fn vmm_args(
         }
     }
     if let Some(store) = pmo_store {
-        // Formatted before the run (see `ensure_pmo_stores`), so no size here.
+        // Formatted before the run (see `ensure_backing_files`), so no size here.
         args.push("--pmo-store".to_string());
         args.push(store.display().to_string());
     }

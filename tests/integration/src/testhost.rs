@@ -89,7 +89,7 @@ pub(crate) fn run_nested(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> 
     let label = crate::spec::run_label(specs);
     let log_dir = env.new_log_dir(&format!("nested-{label}"))?;
 
-    crate::spec::ensure_pmo_stores(&pmovmm, specs)?;
+    crate::spec::ensure_backing_files(&pmovmm, specs)?;
     let disks = prepare_disks(specs)?;
     let payload = build_payload(env, &pmovmm, specs, &disks)?;
     fs::write(log_dir.join("job.sh"), &payload.job)
@@ -508,7 +508,7 @@ pub(crate) fn run_shell_nested(env: &Env, spec: &VmSpec) -> Result<Option<i32>> 
     which(QEMU, QEMU_HINT)?;
     let specs = std::slice::from_ref(spec);
     let log_dir = env.new_log_dir(&format!("shell-{}", spec.name))?;
-    crate::spec::ensure_pmo_stores(&pmovmm, specs)?;
+    crate::spec::ensure_backing_files(&pmovmm, specs)?;
     let disks = prepare_disks(specs)?;
     let payload = build_payload(env, &pmovmm, specs, &disks)?;
     fs::write(log_dir.join("job.sh"), &payload.job)

@@ -22,8 +22,12 @@ pub trait PciDevice: Send {
     fn config(&self) -> &PciConfig;
     /// Guest config write; devices override it to react to their capabilities.
     fn config_write(&mut self, reg: usize, offset: usize, data: &[u8]);
-    fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]);
-    fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]);
+    /// Guest read within a BAR; a function without BARs never sees one.
+    fn bar_read(&mut self, _bar: usize, _offset: u64, data: &mut [u8]) {
+        data.fill(0xff);
+    }
+    /// Guest write within a BAR.
+    fn bar_write(&mut self, _bar: usize, _offset: u64, _data: &[u8]) {}
     /// The guest moved, enabled (`old` is `None`) or disabled (`new` is `None`) a BAR.
     fn bar_moved(&mut self, _bar: usize, _old: Option<u64>, _new: Option<u64>) {}
     /// For a bridge: the bus number behind it, as the guest programmed it.
@@ -59,10 +63,6 @@ impl PciDevice for HostBridge {
     fn config_write(&mut self, reg: usize, offset: usize, data: &[u8]) {
         self.config.write_reg(reg, offset, data);
     }
-    fn bar_read(&mut self, _bar: usize, _offset: u64, data: &mut [u8]) {
-        data.fill(0xff);
-    }
-    fn bar_write(&mut self, _bar: usize, _offset: u64, _data: &[u8]) {}
 }
 
 /// Forwards MMIO within one BAR to its device.

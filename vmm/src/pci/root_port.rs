@@ -76,10 +76,6 @@ impl PciDevice for RootPort {
     fn config_write(&mut self, reg: usize, offset: usize, data: &[u8]) {
         self.config.write_reg(reg, offset, data);
     }
-    fn bar_read(&mut self, _bar: usize, _offset: u64, data: &mut [u8]) {
-        data.fill(0xff);
-    }
-    fn bar_write(&mut self, _bar: usize, _offset: u64, _data: &[u8]) {}
     fn secondary_bus(&self) -> Option<u8> {
         Some((self.config.read_reg(BUS_NUMBERS_REG) >> 8) as u8)
     }
