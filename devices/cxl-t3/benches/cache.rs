@@ -159,18 +159,8 @@ fn breakdown() -> [f64; 5] {
     drop(media);
     let _ = std::fs::remove_file(&p);
     let len = (N * BLOCK) as usize;
-    // SAFETY (bench): a fresh private anonymous mapping, unmapped below.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(base, libc::MAP_FAILED);
+    let map = uffd::AnonMap::new(len).expect("mmap");
+    let base = map.addr() as *mut libc::c_void;
     let uffd = uffd::Uffd::new().expect("uffd");
     uffd.register(base as u64, N * BLOCK).expect("register");
     let t = Instant::now();
@@ -197,8 +187,7 @@ fn breakdown() -> [f64; 5] {
         };
     }
     let dontneed = per(t.elapsed(), N);
-    // SAFETY (bench): the mapping made above.
-    unsafe { libc::munmap(base, len) };
+    drop(map);
     [read, write, dontneed, copy, wp]
 }
 

@@ -116,30 +116,19 @@ fn touch_all(base: u64, pages: u64, threads: u64) -> Vec<u64> {
 
 fn anon_touch(pages: u64) -> Vec<u64> {
     let len = (pages * PAGE as u64) as usize;
-    // SAFETY: a fresh private anonymous mapping, unmapped below.
-    let addr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(addr, libc::MAP_FAILED);
+    let map = uffd::AnonMap::new(len).expect("mmap");
+    let addr = map.addr();
     // Reads of untouched anonymous memory map the shared zero page; write
     // instead, as a first store to fresh memory does.
     let mut lat = Vec::with_capacity(pages as usize);
     for p in 0..pages {
-        let a = (addr as u64 + p * PAGE as u64) as *mut u8;
+        let a = (addr + p * PAGE as u64) as *mut u8;
         let t0 = Instant::now();
         // SAFETY: inside the mapping.
         unsafe { std::ptr::write_volatile(a, 1) };
         lat.push(t0.elapsed().as_nanos() as u64);
     }
-    // SAFETY: the mapping created above.
-    unsafe { libc::munmap(addr, len) };
+    drop(map);
     lat
 }
 
