@@ -62,6 +62,23 @@ static struct att **find_slot(const void *addr)
 	return NULL;
 }
 
+/*
+ * Takes the lock and finds the attachment containing @addr: returns its
+ * slot with the lock held, or NULL with errno EINVAL and the lock released.
+ */
+static struct att **lock_slot(const void *addr)
+{
+	struct att **pp;
+
+	pmo_lock_();
+	pp = find_slot(addr);
+	if (!pp) {
+		pmo_unlock_();
+		errno = EINVAL;
+	}
+	return pp;
+}
+
 int pmo_find_base_(void *base, size_t *size, int *perm)
 {
 	struct att **pp = find_slot(base);
@@ -227,13 +244,9 @@ int detach(void *addr)
 	struct att **pp, *t;
 	int rc, e = 0;
 
-	pmo_lock_();
-	pp = find_slot(addr);
-	if (!pp) {
-		pmo_unlock_();
-		errno = EINVAL;
+	pp = lock_slot(addr);
+	if (!pp)
 		return -1;
-	}
 	t = *pp;
 	*pp = t->next;		/* no new users from here on */
 	while (t->users)
@@ -260,13 +273,9 @@ static int att_ioctl(void *addr, unsigned long cmd, void *arg)
 	struct att **pp, *t;
 	int rc, e;
 
-	pmo_lock_();
-	pp = find_slot(addr);
-	if (!pp) {
-		pmo_unlock_();
-		errno = EINVAL;
+	pp = lock_slot(addr);
+	if (!pp)
 		return -1;
-	}
 	t = *pp;
 	t->users++;
 	pmo_unlock_();
