@@ -95,24 +95,30 @@ fn fill(s: &Store, name: &str, npages: u64) {
     w.detach().wait().unwrap();
 }
 
+/// A 1 GiB store holding PMO "f" of `npages` (design `d`, `suite`), every page written once.
+fn filled_d_pmo(name: &str, suite: Suite, npages: u64, k: &UserKey) -> (Store, PathBuf) {
+    let (s, path) = store_with(1 << 30, name);
+    s.create_pmo_with(
+        "f",
+        npages * PAGE as u64,
+        k,
+        CreateOptions {
+            design: Design::D,
+            suite,
+        },
+    )
+    .unwrap();
+    fill(&s, "f", npages);
+    (s, path)
+}
+
 fn fault_and_psync(c: &mut Criterion) {
     let npages = 4096u64; // 16 MiB
     let k = UserKey::new(b"k").unwrap();
     let mut g = c.benchmark_group("fault");
     g.throughput(Throughput::Elements(1));
     for suite in SUITES {
-        let (s, path) = store_with(1 << 30, &format!("fault-{}", suite.name()));
-        s.create_pmo_with(
-            "f",
-            npages * PAGE as u64,
-            &k,
-            CreateOptions {
-                design: Design::D,
-                suite,
-            },
-        )
-        .unwrap();
-        fill(&s, "f", npages);
+        let (s, path) = filled_d_pmo(&format!("fault-{}", suite.name()), suite, npages, &k);
         let sess = s.attach("f", Perm::Read, &k).unwrap();
         let mut out = [0u8; PAGE];
         let mut p = 0u64;
@@ -136,18 +142,7 @@ fn fault_and_psync(c: &mut Criterion) {
     for dirty in [1u64, 64] {
         g.throughput(Throughput::Elements(dirty));
         for suite in SUITES {
-            let (s, path) = store_with(1 << 30, &format!("psync-{}", suite.name()));
-            s.create_pmo_with(
-                "f",
-                npages * PAGE as u64,
-                &k,
-                CreateOptions {
-                    design: Design::D,
-                    suite,
-                },
-            )
-            .unwrap();
-            fill(&s, "f", npages);
+            let (s, path) = filled_d_pmo(&format!("psync-{}", suite.name()), suite, npages, &k);
             let w = s.attach("f", Perm::Write, &k).unwrap();
             let page = [0x17u8; PAGE];
             let mut base = 0u64;
