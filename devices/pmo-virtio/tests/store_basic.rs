@@ -1,8 +1,31 @@
 mod common;
 use common::*;
 use pmo_virtio::crypto::Suite;
-use pmo_virtio::crypto::PAGE;
+use pmo_virtio::crypto::{UserKey, PAGE};
+use pmo_virtio::medium::CrashMedium;
 use pmo_virtio::store::{CreateOptions, Design, Perm, PmoState, StoreError};
+use std::sync::Arc;
+
+/// A fresh store holding PMO `name` of `npages` pages with `design` (default suite), and its key.
+fn fresh_with_pmo(
+    name: &str,
+    npages: u64,
+    design: Design,
+) -> (Arc<CrashMedium>, pmo_virtio::store::Store, UserKey) {
+    let (m, s) = fresh(MEDIUM);
+    let k = key("k");
+    s.create_pmo_with(
+        name,
+        npages * PAGE as u64,
+        &k,
+        CreateOptions {
+            design,
+            suite: Suite::XtsBlake3,
+        },
+    )
+    .unwrap();
+    (m, s, k)
+}
 
 #[test]
 fn create_attach_psync_detach_reopen_every_design_and_suite() {
@@ -194,18 +217,7 @@ fn at_rest_the_medium_holds_no_plaintext_marker() {
 
 #[test]
 fn nonblocking_detach_then_attach_waits_and_sees_everything() {
-    let (_m, s) = fresh(MEDIUM);
-    let k = key("k");
-    s.create_pmo_with(
-        "a",
-        64 * PAGE as u64,
-        &k,
-        CreateOptions {
-            design: Design::Wedi,
-            suite: Suite::XtsBlake3,
-        },
-    )
-    .unwrap();
+    let (_m, s, k) = fresh_with_pmo("a", 64, Design::Wedi);
     for round in 0..3u8 {
         let w = s.attach("a", Perm::Write, &k).unwrap();
         let pages: Vec<_> = (0..64).map(|i| page_of(round, i)).collect();
@@ -282,18 +294,7 @@ fn destroy_reclaims_space_and_name() {
 fn id_designs_defer_tags_to_detach_and_recover_after_power_loss() {
     use pmo_virtio::medium::CrashMode;
     for design in [Design::BpId, Design::SpId] {
-        let (m, s) = fresh(MEDIUM);
-        let k = key("k");
-        s.create_pmo_with(
-            "a",
-            8 * PAGE as u64,
-            &k,
-            CreateOptions {
-                design,
-                suite: Suite::XtsBlake3,
-            },
-        )
-        .unwrap();
+        let (m, s, k) = fresh_with_pmo("a", 8, design);
         let w = s.attach("a", Perm::Write, &k).unwrap();
         w.psync([(2u64, &page_of(5, 2)), (3, &page_of(5, 3))])
             .unwrap();
@@ -366,18 +367,7 @@ fn the_store_file_at_rest_holds_no_plaintext_or_key() {
 #[test]
 fn faults_race_psync_on_one_session() {
     for design in [Design::D, Design::SpId] {
-        let (_m, s) = fresh(MEDIUM);
-        let k = key("k");
-        s.create_pmo_with(
-            "a",
-            16 * PAGE as u64,
-            &k,
-            CreateOptions {
-                design,
-                suite: Suite::XtsBlake3,
-            },
-        )
-        .unwrap();
+        let (_m, s, k) = fresh_with_pmo("a", 16, design);
         let w = s.attach("a", Perm::Write, &k).unwrap();
         let first: Vec<_> = (0..16).map(|p| page_of(0, p)).collect();
         w.psync(first.iter().enumerate().map(|(p, d)| (p as u64, d)))
