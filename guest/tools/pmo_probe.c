@@ -718,8 +718,28 @@ static int rebind(const char *name)
 	return 0;
 }
 
+/* The checks that take only the PMO name. */
+static const struct {
+	const char *name;
+	int (*run)(const char *name);
+} checks[] = {
+	{ "rowrite", rowrite },
+	{ "readers", readers },
+	{ "excl", excl },
+	{ "destroybusy", destroybusy },
+	{ "wb", wb },
+	{ "detachmapped", detachmapped },
+	{ "crash", crash },
+	{ "abi", abi },
+	{ "rebind", rebind },
+	{ "stats", stats },
+	{ "fill", fill },
+};
+
 int main(int argc, char **argv)
 {
+	size_t i;
+
 	key = getenv("PMO_KEY");
 	if (argc < 3 || !key || !*key) {
 		fprintf(stderr, "usage: PMO_KEY=K pmo_probe wrongkey|rowrite|readers|excl|"
@@ -728,28 +748,9 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "wrongkey") && argc == 4)
 		return wrongkey(argv[2], argv[3]);
-	if (!strcmp(argv[1], "rowrite"))
-		return rowrite(argv[2]);
-	if (!strcmp(argv[1], "readers"))
-		return readers(argv[2]);
-	if (!strcmp(argv[1], "excl"))
-		return excl(argv[2]);
-	if (!strcmp(argv[1], "destroybusy"))
-		return destroybusy(argv[2]);
-	if (!strcmp(argv[1], "wb"))
-		return wb(argv[2]);
-	if (!strcmp(argv[1], "detachmapped"))
-		return detachmapped(argv[2]);
-	if (!strcmp(argv[1], "crash"))
-		return crash(argv[2]);
-	if (!strcmp(argv[1], "abi"))
-		return abi(argv[2]);
-	if (!strcmp(argv[1], "rebind"))
-		return rebind(argv[2]);
-	if (!strcmp(argv[1], "stats"))
-		return stats(argv[2]);
-	if (!strcmp(argv[1], "fill"))
-		return fill(argv[2]);
+	for (i = 0; i < sizeof(checks) / sizeof(checks[0]); i++)
+		if (!strcmp(argv[1], checks[i].name))
+			return checks[i].run(argv[2]);
 	if (!strcmp(argv[1], "poisoned") && argc == 4)
 		return poisoned(argv[2], argv[3]);
 	if (!strcmp(argv[1], "poisoned_kernel") && argc == 4)
