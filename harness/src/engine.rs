@@ -260,7 +260,14 @@ impl Env {
                 ),
             )
         };
-        let store = Store::create(medium, StoreOptions { slots: 64 })?;
+        let store = Store::create(
+            medium,
+            StoreOptions {
+                slots: 64,
+                kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+                ..Default::default()
+            },
+        )?;
         Ok(Env {
             store,
             key: UserKey::new(b"pmo-compare benchmark key")
@@ -369,6 +376,7 @@ pub fn run_cell(
         CreateOptions {
             design: spec.design,
             suite,
+            kdf: None,
         },
     )?;
     let r = run_created(env, &name, w, spec, p, want);

@@ -28,6 +28,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
 
+use pmo_virtio::crypto::KdfParams;
 use serde::Deserialize;
 
 use crate::layout;
@@ -117,8 +118,12 @@ pub enum ConfigError {
     CxlTooMany,
     #[error("console \"{0}\": expected a file name or stdout")]
     InvalidConsole(String),
-    #[error("--pmo-design, --pmo-window and --pmo-predictor need --pmo-store")]
+    #[error(
+        "--pmo-design, --pmo-window, --pmo-predictor, --pmo-kdf and --pmo-anchor need --pmo-store"
+    )]
     PmoWithoutStore,
+    #[error("--pmo-kdf: {0}")]
+    PmoKdf(String),
     #[error("PMO store {path}: does not exist; give its size to create it (FILE,SIZE)")]
     PmoStoreSize { path: PathBuf },
     #[error("PMO window {0}: must be a non-zero multiple of 2M, at most 64G")]
@@ -305,6 +310,15 @@ pub struct RunArgs {
     /// Prefetch predictor for PMO pages: none, stream[:N], stride[:N], markov[:N], adaptive[:MAX].
     #[arg(long, value_name = "NAME")]
     pub pmo_predictor: Option<String>,
+    /// Argon2id cost of PMOs the guest creates: m=SIZE,t=PASSES,p=LANES [default:
+    /// m=64M,t=3,p=1]; `fast` is the cheapest (for tests, no protection against offline
+    /// guessing). Each PMO keeps its own cost in its record.
+    #[arg(long, value_name = "m=SIZE,t=N,p=N|fast")]
+    pub pmo_kdf: Option<String>,
+    /// Rollback anchor of the PMO store, kept outside it: a store older than its anchor is
+    /// refused; the file is created from the store when missing.
+    #[arg(long, value_name = "FILE")]
+    pub pmo_anchor: Option<PathBuf>,
     /// Test hook: the VMM kills itself at this persist point of a psync (crash tests).
     #[arg(long, value_name = "N", hide = true)]
     pub pmo_test_kill_in_psync: Option<u64>,
@@ -383,6 +397,10 @@ pub struct PmoConfig {
     pub test_kill_in_psync: Option<u64>,
     /// Predictor spec (validated by the device), command line only.
     pub predictor: Option<String>,
+    /// Argon2id cost of PMOs created by the guest.
+    pub kdf: KdfParams,
+    /// Rollback anchor file.
+    pub anchor: Option<PathBuf>,
 }
 
 /// Default PMO window: room for a few large PMOs attached at once; it is
@@ -425,6 +443,8 @@ struct FileConfig {
     pmo_store: Option<String>,
     pmo_design: Option<String>,
     pmo_window: Option<toml::Value>,
+    pmo_kdf: Option<String>,
+    pmo_anchor: Option<PathBuf>,
     cxl_t3: Option<Vec<String>>,
 }
 
@@ -448,6 +468,8 @@ struct Settings {
     pmo_store: Option<PmemSpec>,
     pmo_design: Option<String>,
     pmo_window: Option<String>,
+    pmo_kdf: Option<String>,
+    pmo_anchor: Option<PathBuf>,
     cxl_t3: Option<Vec<CxlT3Config>>,
 }
 
@@ -481,6 +503,8 @@ impl Settings {
                 .transpose()?,
             pmo_design: args.pmo_design.clone(),
             pmo_window: args.pmo_window.clone(),
+            pmo_kdf: args.pmo_kdf.clone(),
+            pmo_anchor: args.pmo_anchor.clone(),
             cxl_t3: match args.cxl_t3.as_slice() {
                 [] => None,
                 specs => Some(
@@ -545,6 +569,8 @@ impl Settings {
                 .pmo_window
                 .map(|v| scalar("pmo_window", v))
                 .transpose()?,
+            pmo_kdf: file.pmo_kdf,
+            pmo_anchor: file.pmo_anchor.map(|p| base.join(p)),
             cxl_t3: file
                 .cxl_t3
                 .map(|specs| specs.iter().map(|s| parse_cxl_t3(s, base)).collect())
@@ -566,6 +592,8 @@ impl Settings {
             pmo_store: over.pmo_store.or(self.pmo_store),
             pmo_design: over.pmo_design.or(self.pmo_design),
             pmo_window: over.pmo_window.or(self.pmo_window),
+            pmo_kdf: over.pmo_kdf.or(self.pmo_kdf),
+            pmo_anchor: over.pmo_anchor.or(self.pmo_anchor),
             cxl_t3: over.cxl_t3.or(self.cxl_t3),
         }
     }
@@ -759,7 +787,11 @@ impl VmConfig {
 
         let pmo = match s.pmo_store {
             None => {
-                if s.pmo_design.is_some() || s.pmo_window.is_some() {
+                if s.pmo_design.is_some()
+                    || s.pmo_window.is_some()
+                    || s.pmo_kdf.is_some()
+                    || s.pmo_anchor.is_some()
+                {
                     return Err(ConfigError::PmoWithoutStore);
                 }
                 None
@@ -776,6 +808,15 @@ impl VmConfig {
                 if window == 0 || !window.is_multiple_of(PMEM_ALIGN) || window > MAX_PMO_WINDOW {
                     return Err(ConfigError::PmoWindow(ByteSize(window)));
                 }
+                let kdf = match &s.pmo_kdf {
+                    Some(text) => {
+                        KdfParams::parse(text).map_err(|e| ConfigError::PmoKdf(e.to_string()))?
+                    }
+                    None => KdfParams::DEFAULT,
+                };
+                if let Some(anchor) = &s.pmo_anchor {
+                    check_parent_dir("PMO anchor", anchor)?;
+                }
                 Some(PmoConfig {
                     store: spec.path,
                     store_size: spec.size,
@@ -783,6 +824,8 @@ impl VmConfig {
                     window,
                     test_kill_in_psync: None,
                     predictor: None,
+                    kdf,
+                    anchor: s.pmo_anchor,
                 })
             }
         };
@@ -1499,6 +1542,8 @@ mod tests {
                 window: DEFAULT_PMO_WINDOW,
                 test_kill_in_psync: None,
                 predictor: None,
+                kdf: KdfParams::DEFAULT,
+                anchor: None,
             })
         );
         assert_eq!(with(&[]).unwrap().pmo, None);
@@ -1538,6 +1583,35 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(p.pmo.unwrap().predictor.as_deref(), Some("stride:8"));
+        let anchor = s.arg("anchor");
+        let k = with(&[
+            "--pmo-store",
+            &format!("{store},1G"),
+            "--pmo-kdf",
+            "m=8M,t=1",
+            "--pmo-anchor",
+            &anchor,
+        ])
+        .unwrap()
+        .pmo
+        .unwrap();
+        assert_eq!(
+            k.kdf,
+            KdfParams {
+                m_kib: 8192,
+                t: 1,
+                p: 1
+            }
+        );
+        assert_eq!(k.anchor, Some(s.path("anchor")));
+        assert!(matches!(
+            with(&["--pmo-store", &format!("{store},1G"), "--pmo-kdf", "t=99"]).unwrap_err(),
+            ConfigError::PmoKdf(_)
+        ));
+        assert!(matches!(
+            with(&["--pmo-kdf", "fast"]).unwrap_err(),
+            ConfigError::PmoWithoutStore
+        ));
     }
 
     #[test]

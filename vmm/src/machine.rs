@@ -229,6 +229,8 @@ impl Machine {
                 fault_threads: PMO_FAULT_THREADS,
                 test_kill_in_psync: p.test_kill_in_psync,
                 predictor: p.predictor.clone(),
+                kdf: p.kdf,
+                anchor: p.anchor.clone(),
             })?;
             let service = dev.service().clone();
             let mut transport = VirtioPci::new(

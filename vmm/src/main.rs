@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use pmo_virtio::cli_support as store_cli;
+use pmo_virtio::cli_support::StoreFile;
+use pmo_virtio::crypto::KdfParams;
 use pmo_virtio::store::CreateOptions;
 
 use pmovmm::config::{ConsoleOutput, RunArgs, VmConfig};
@@ -75,6 +77,8 @@ enum StoreCommand {
         /// PMO table slots: the most PMOs the store can hold [default: 65536].
         #[arg(long)]
         slots: Option<u32>,
+        #[command(flatten)]
+        anchor: AnchorArg,
     },
     /// Create a PMO in a store, as the guest's pcreate would.
     Mkpmo {
@@ -89,19 +93,35 @@ enum StoreCommand {
         /// Page cipher and tag: xts-blake3, paper, aes-gcm.
         #[arg(long, default_value = "xts-blake3")]
         suite: String,
+        /// Argon2id cost of the key derivation: m=SIZE,t=PASSES,p=LANES or fast
+        /// [default: m=64M,t=3,p=1].
+        #[arg(long, value_name = "m=SIZE,t=N,p=N|fast")]
+        kdf: Option<String>,
+        #[command(flatten)]
+        anchor: AnchorArg,
     },
     /// List the PMOs in a store.
-    Ls { file: PathBuf },
+    Ls {
+        file: PathBuf,
+        #[command(flatten)]
+        anchor: AnchorArg,
+    },
     /// Show the store's on-media layout and every PMO record (no key needed).
     Inspect { file: PathBuf },
     /// Run recovery and a keyless structural check of every PMO.
-    Fsck { file: PathBuf },
+    Fsck {
+        file: PathBuf,
+        #[command(flatten)]
+        anchor: AnchorArg,
+    },
     /// Destroy a PMO: its data is scrubbed and its space reclaimed.
     Destroy {
         file: PathBuf,
         name: String,
         #[command(flatten)]
         key: KeyArg,
+        #[command(flatten)]
+        anchor: AnchorArg,
     },
 }
 
@@ -113,15 +133,33 @@ struct KeyArg {
     key_file: PathBuf,
 }
 
+/// The store's rollback anchor, as `pmovmm run --pmo-anchor` takes it.
+#[derive(Args)]
+struct AnchorArg {
+    /// Rollback anchor kept outside the store: a store older than it is refused; created from
+    /// the store when missing.
+    #[arg(long, value_name = "FILE")]
+    anchor: Option<PathBuf>,
+}
+
 fn store(cmd: StoreCommand) -> Result<(), String> {
     let mut out = std::io::stdout();
     let mut err = std::io::stderr();
     let e = |e: store_cli::CliError| e.to_string();
     match cmd {
-        StoreCommand::Create { file, size, slots } => {
+        StoreCommand::Create {
+            file,
+            size,
+            slots,
+            anchor,
+        } => {
             refuse_overwrite(&file)?;
             let size = store_cli::parse_size(&size).map_err(e)?;
-            store_cli::store_create(&file, size, slots, &mut out, &mut err).map_err(e)?;
+            let sf = StoreFile {
+                path: &file,
+                anchor: anchor.anchor.as_deref(),
+            };
+            store_cli::store_create(sf, size, slots, &mut out, &mut err).map_err(e)?;
         }
         StoreCommand::Mkpmo {
             file,
@@ -130,23 +168,41 @@ fn store(cmd: StoreCommand) -> Result<(), String> {
             key,
             design,
             suite,
+            kdf,
+            anchor,
         } => {
             let opts = CreateOptions {
                 design: store_cli::parse_design(&design).map_err(e)?,
                 suite: store_cli::parse_suite(&suite).map_err(e)?,
+                kdf: Some(match kdf {
+                    Some(k) => KdfParams::parse(&k).map_err(|err| format!("--kdf: {err}"))?,
+                    None => KdfParams::DEFAULT,
+                }),
             };
             let size = store_cli::parse_size(&size).map_err(e)?;
             let key = store_cli::read_key_file(&key.key_file).map_err(e)?;
-            store_cli::pmo_create(&file, &name, size, &key, opts, &mut out).map_err(e)?;
+            let sf = StoreFile {
+                path: &file,
+                anchor: anchor.anchor.as_deref(),
+            };
+            store_cli::pmo_create(sf, &name, size, &key, opts, &mut out).map_err(e)?;
         }
-        StoreCommand::Ls { file } => {
-            store_cli::store_ls(&file, &mut out).map_err(e)?;
+        StoreCommand::Ls { file, anchor } => {
+            let sf = StoreFile {
+                path: &file,
+                anchor: anchor.anchor.as_deref(),
+            };
+            store_cli::store_ls(sf, &mut out).map_err(e)?;
         }
         StoreCommand::Inspect { file } => {
             store_cli::store_inspect(&file, &mut out).map_err(e)?;
         }
-        StoreCommand::Fsck { file } => {
-            let report = store_cli::store_fsck(&file, &mut out, &mut err).map_err(e)?;
+        StoreCommand::Fsck { file, anchor } => {
+            let sf = StoreFile {
+                path: &file,
+                anchor: anchor.anchor.as_deref(),
+            };
+            let report = store_cli::store_fsck(sf, &mut out, &mut err).map_err(e)?;
             if !report.problems.is_empty() {
                 return Err(format!(
                     "{}: {} problem(s) found",
@@ -155,9 +211,18 @@ fn store(cmd: StoreCommand) -> Result<(), String> {
                 ));
             }
         }
-        StoreCommand::Destroy { file, name, key } => {
+        StoreCommand::Destroy {
+            file,
+            name,
+            key,
+            anchor,
+        } => {
             let key = store_cli::read_key_file(&key.key_file).map_err(e)?;
-            store_cli::store_destroy(&file, &name, &key, &mut out).map_err(e)?;
+            let sf = StoreFile {
+                path: &file,
+                anchor: anchor.anchor.as_deref(),
+            };
+            store_cli::store_destroy(sf, &name, &key, &mut out).map_err(e)?;
         }
     }
     Ok(())

@@ -284,7 +284,15 @@ fn pmo_store_on_a_keyed_cxl_medium() {
             x.set_range_key(1, 0, size, &KEY256).unwrap();
         }
         let m: Arc<dyn Medium> = Arc::new(CxlMedium::new(x.clone()));
-        let s = Store::create(m, StoreOptions { slots: 16 }).unwrap();
+        let s = Store::create(
+            m,
+            StoreOptions {
+                slots: 16,
+                kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let k = UserKey::new(b"user key").unwrap();
         s.create_pmo(name, 8 * PAGE as u64, &k).unwrap();
         let sess = s.attach(name, Perm::Write, &k).unwrap();
@@ -379,7 +387,15 @@ fn store_extents_are_keyed_through_the_provider() {
     let size = 16 << 20;
     let x = Expander::open(&config(path.clone(), size, 64, 8)).unwrap();
     let m = CxlMedium::new(x.clone()).with_extent_keys(keys_with(0x5c));
-    let s = Store::create(Arc::new(m), StoreOptions { slots: 16 }).unwrap();
+    let s = Store::create(
+        Arc::new(m),
+        StoreOptions {
+            slots: 16,
+            kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let k = UserKey::new(b"user key").unwrap();
     s.create_pmo("a", 8 * PAGE as u64, &k).unwrap();
     s.create_pmo("b", 8 * PAGE as u64, &k).unwrap();

@@ -48,7 +48,15 @@ fn each_pmo_extent_has_its_own_range_key_and_the_media_holds_no_plaintext() {
     {
         let x = open(&path);
         let m = CxlMedium::new(x.clone()).with_keyring(ExtentKeyring::new(&master).unwrap());
-        let s = Store::create(Arc::new(m), StoreOptions { slots: 16 }).unwrap();
+        let s = Store::create(
+            Arc::new(m),
+            StoreOptions {
+                slots: 16,
+                kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         s.create_pmo("a", 8 * PAGE as u64, &k).unwrap();
         s.create_pmo("b", 8 * PAGE as u64, &k).unwrap();
         let ranges: Vec<(u64, u64)> = (0..16u16).filter_map(|id| x.range_key(id)).collect();

@@ -205,7 +205,14 @@ fn main() {
     let medium: Arc<dyn Medium> = Arc::new(
         FileMedium::create(&path, (pages * PAGE as u64) * 3 + (256 << 20)).expect("medium"),
     );
-    let store = Store::create(medium, StoreOptions::default()).expect("store");
+    let store = Store::create(
+        medium,
+        StoreOptions {
+            kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+            ..StoreOptions::default()
+        },
+    )
+    .expect("store");
     let ukey = UserKey::new(b"bench-key").expect("key");
     store
         .create_pmo("bench", pages * PAGE as u64, &ukey)

@@ -18,7 +18,7 @@ const SUITES: [Suite; 3] = [Suite::XtsBlake3, Suite::Paper, Suite::AesGcm];
 fn keys(suite: Suite) -> PmoKeys {
     PmoKeys::derive(
         &UserKey::new(b"bench").unwrap(),
-        KeyParams::generate(suite).unwrap(),
+        KeyParams::generate(suite, pmo_virtio::crypto::KdfParams::INSECURE_FAST).unwrap(),
     )
     .unwrap()
 }
@@ -32,6 +32,7 @@ fn cipher(c: &mut Criterion) {
             uid: 1,
             page: 7,
             version: 3,
+            gen: [1; 16],
         };
         let mut page = [0x5au8; PAGE];
         g.bench_function(BenchmarkId::new("seal", suite.name()), |b| {
@@ -75,7 +76,18 @@ fn store_with(len: u64, name: &str) -> (Store, PathBuf) {
     let dir = bench_dir();
     let path = dir.join(name);
     let m: Arc<dyn Medium> = Arc::new(FileMedium::create(&path, len).unwrap());
-    (Store::create(m, StoreOptions { slots: 64 }).unwrap(), path)
+    (
+        Store::create(
+            m,
+            StoreOptions {
+                slots: 64,
+                kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+        path,
+    )
 }
 
 /// Writes every page of `name` once (so faults decrypt real ciphertext).
@@ -105,6 +117,7 @@ fn filled_d_pmo(name: &str, suite: Suite, npages: u64, k: &UserKey) -> (Store, P
         CreateOptions {
             design: Design::D,
             suite,
+            kdf: None,
         },
     )
     .unwrap();

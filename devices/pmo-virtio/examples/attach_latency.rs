@@ -50,7 +50,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             Err(_) => Arc::new(file),
         };
-        let s = Store::create(m, StoreOptions { slots: 16 })?;
+        let s = Store::create(
+            m,
+            StoreOptions {
+                slots: 16,
+                ..Default::default()
+            },
+        )?;
         s.create_pmo("f", size, &key)?;
         // Write every page once so attach/fault decrypt real ciphertext.
         let npages = size / PAGE as u64;

@@ -47,16 +47,18 @@ fn main() {
         report("xts-only (xts-mode crate)", m, cpu_ns() - t);
     }
     for suite in [Suite::XtsBlake3, Suite::Paper, Suite::AesGcm] {
-        let params = KeyParams::generate(suite).unwrap_or_else(|_| unreachable!());
+        let params = KeyParams::generate(suite, pmo_virtio::crypto::KdfParams::INSECURE_FAST)
+            .unwrap_or_else(|_| unreachable!());
         let key = UserKey::new(b"speed").unwrap_or_else(|_| unreachable!());
         let k = PmoKeys::derive(&key, params).unwrap_or_else(|_| unreachable!());
         let t = cpu_ns();
-        let mut tag = [0u8; 32];
+        let mut tag = [0u8; pmo_virtio::crypto::TAG_LEN];
         for i in 0..n {
             let id = PageId {
                 uid: 1,
                 page: i as u32,
                 version: 1,
+                gen: [1; 16],
             };
             tag = k.seal_page(id, black_box(&mut page)).unwrap_or(tag);
         }
@@ -65,6 +67,7 @@ fn main() {
             uid: 1,
             page: 0,
             version: 1,
+            gen: [1; 16],
         };
         let mut ct = [3u8; PAGE];
         let tag = k.seal_page(id, &mut ct).unwrap_or(tag);

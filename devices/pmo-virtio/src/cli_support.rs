@@ -9,7 +9,8 @@ use crate::medium::{FileMedium, Medium, MediumError};
 use crate::store::record::{read_slot, SlotContent};
 use crate::store::superblock::Superblock;
 use crate::store::{
-    CreateOptions, Design, FsckReport, PmoInfo, RecoveryReport, Store, StoreError, StoreOptions,
+    CreateOptions, Design, FsckReport, OpenOptions, PmoInfo, RecoveryReport, Store, StoreError,
+    StoreOptions,
 };
 use std::io::Write;
 use std::path::Path;
@@ -26,7 +27,7 @@ pub enum CliError {
     #[error("unknown design {0:?} (wedi, bp-ip, bp-id, sp-ip, sp-id, d)")]
     BadDesign(String),
     /// Unknown suite name.
-    #[error("unknown suite {0:?} (xts-blake3, paper, aes-gcm, xts-nomac-bench)")]
+    #[error("unknown suite {0:?} (xts-blake3, paper, aes-gcm)")]
     BadSuite(String),
     /// The key file could not be read or is empty.
     #[error("key file {path}: {why}")]
@@ -131,23 +132,46 @@ impl<'a> Progress<'a> {
     }
 }
 
-fn open_store(path: &Path) -> Result<(Store, RecoveryReport), CliError> {
-    let m: Arc<dyn Medium> = Arc::new(FileMedium::open(path)?);
-    Ok(Store::open(m)?)
+/// A store file and, optionally, its rollback anchor (`--anchor FILE`).
+#[derive(Debug, Clone, Copy)]
+pub struct StoreFile<'a> {
+    /// The store file.
+    pub path: &'a Path,
+    /// The anchor file: refuses a store older than it; created from the store if missing.
+    pub anchor: Option<&'a Path>,
 }
 
-/// `store create PATH SIZE [--slots N]`: a new sparse store file.
+impl<'a> StoreFile<'a> {
+    /// A store without an anchor.
+    pub fn plain(path: &'a Path) -> Self {
+        Self { path, anchor: None }
+    }
+}
+
+fn open_store(f: StoreFile<'_>) -> Result<(Store, RecoveryReport), CliError> {
+    let m: Arc<dyn Medium> = Arc::new(FileMedium::open(f.path)?);
+    let opts = OpenOptions {
+        anchor: f.anchor.map(Path::to_path_buf),
+        ..OpenOptions::default()
+    };
+    Ok(Store::open_with(m, &opts)?)
+}
+
+/// `store create PATH SIZE [--slots N] [--anchor A]`: a new sparse store file.
 pub fn store_create(
-    path: &Path,
+    f: StoreFile<'_>,
     size: u64,
     slots: Option<u32>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<Superblock, CliError> {
+    let path = f.path;
     let m: Arc<dyn Medium> = Arc::new(FileMedium::create(path, size)?);
     let mut bar = Progress::new(err, "format");
     let opts = StoreOptions {
         slots: slots.unwrap_or(StoreOptions::default().slots),
+        anchor: f.anchor.map(Path::to_path_buf),
+        ..StoreOptions::default()
     };
     let s = Store::create_with_progress(m, opts, &mut |d, t| bar.update(d, t))?;
     let sb = s.superblock().clone();
@@ -162,29 +186,30 @@ pub fn store_create(
     Ok(sb)
 }
 
-/// `store mkpmo PATH NAME SIZE --key-file F [--design D] [--suite S]`: a new PMO.
+/// `store mkpmo PATH NAME SIZE --key-file F [--design D] [--suite S] [--kdf K]`: a new PMO.
 pub fn pmo_create(
-    path: &Path,
+    f: StoreFile<'_>,
     name: &str,
     size: u64,
     key: &UserKey,
     opts: CreateOptions,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let (s, _) = open_store(path)?;
+    let (s, _) = open_store(f)?;
     s.create_pmo_with(name, size, key, opts)?;
     writeln!(
         out,
-        "created PMO {name} ({size} bytes, design {}, suite {})",
+        "created PMO {name} ({size} bytes, design {}, suite {}, key derivation {})",
         opts.design.name(),
-        opts.suite.name()
+        opts.suite.name(),
+        opts.kdf.unwrap_or_default()
     )?;
     Ok(())
 }
 
 /// `store ls PATH`: one line per PMO.
-pub fn store_ls(path: &Path, out: &mut dyn Write) -> Result<Vec<PmoInfo>, CliError> {
-    let (s, _) = open_store(path)?;
+pub fn store_ls(f: StoreFile<'_>, out: &mut dyn Write) -> Result<Vec<PmoInfo>, CliError> {
+    let (s, _) = open_store(f)?;
     let list = s.list();
     writeln!(
         out,
@@ -282,11 +307,11 @@ pub fn store_inspect(path: &Path, out: &mut dyn Write) -> Result<Inspection, Cli
 
 /// `store fsck PATH`: open (runs recovery), then the keyless structural check.
 pub fn store_fsck(
-    path: &Path,
+    f: StoreFile<'_>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<FsckReport, CliError> {
-    let (s, rep) = open_store(path)?;
+    let (s, rep) = open_store(f)?;
     for (name, state, action) in &rep.actions {
         writeln!(
             out,
@@ -317,13 +342,13 @@ pub fn store_fsck(
 
 /// `store verify PATH NAME --key-file F`: keyed check of every page of one PMO.
 pub fn store_verify(
-    path: &Path,
+    f: StoreFile<'_>,
     name: &str,
     key: &UserKey,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<Vec<u64>, CliError> {
-    let (s, _) = open_store(path)?;
+    let (s, _) = open_store(f)?;
     let mut bar = Progress::new(err, "verify");
     let bad = s.verify_pmo(name, key, &mut |d, t| bar.update(d, t))?;
     for p in &bad {
@@ -339,12 +364,12 @@ pub fn store_verify(
 
 /// `store destroy PATH NAME --key-file F`: destroy a PMO (key required; scrubs its space).
 pub fn store_destroy(
-    path: &Path,
+    f: StoreFile<'_>,
     name: &str,
     key: &UserKey,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let (s, _) = open_store(path)?;
+    let (s, _) = open_store(f)?;
     s.destroy_pmo(name, key)?;
     writeln!(out, "destroyed PMO {name}")?;
     Ok(())
@@ -372,29 +397,33 @@ mod tests {
         let keyf = dir.join("key");
         std::fs::write(&keyf, b"cli-key\n").unwrap();
         let key = read_key_file(&keyf).unwrap();
+        let sf = StoreFile::plain(&path);
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        store_create(&path, 1 << 30, Some(1024), &mut out, &mut err).unwrap();
+        store_create(sf, 1 << 30, Some(1024), &mut out, &mut err).unwrap();
         assert!(String::from_utf8_lossy(&err).contains("100%"));
         pmo_create(
-            &path,
+            sf,
             "db",
             16 << 20,
             &key,
-            CreateOptions::default(),
+            CreateOptions {
+                kdf: Some(crate::crypto::KdfParams::INSECURE_FAST),
+                ..CreateOptions::default()
+            },
             &mut out,
         )
         .unwrap();
-        let list = store_ls(&path, &mut out).unwrap();
+        let list = store_ls(sf, &mut out).unwrap();
         assert_eq!(list.len(), 1);
         let ins = store_inspect(&path, &mut out).unwrap();
         assert_eq!(ins.records.len(), 1);
-        store_fsck(&path, &mut out, &mut err).unwrap();
-        assert!(store_verify(&path, "db", &key, &mut out, &mut err)
+        store_fsck(sf, &mut out, &mut err).unwrap();
+        assert!(store_verify(sf, "db", &key, &mut out, &mut err)
             .unwrap()
             .is_empty());
         // Tamper with the file: one byte of the PMO's first page, after writing it.
         {
-            let (s, _) = open_store(&path).unwrap();
+            let (s, _) = open_store(sf).unwrap();
             let w = s.attach("db", crate::store::Perm::Write, &key).unwrap();
             w.psync([(0u64, &[9u8; crate::crypto::PAGE])]).unwrap();
             w.detach().wait().unwrap();
@@ -405,15 +434,15 @@ mod tests {
             s.medium().persist(off, 1).unwrap();
         }
         assert!(matches!(
-            store_verify(&path, "db", &key, &mut out, &mut err),
+            store_verify(sf, "db", &key, &mut out, &mut err),
             Err(CliError::Unclean(1))
         ));
         assert!(matches!(
-            store_destroy(&path, "db", &UserKey::new(b"bad").unwrap(), &mut out),
+            store_destroy(sf, "db", &UserKey::new(b"bad").unwrap(), &mut out),
             Err(CliError::Store(StoreError::WrongKey))
         ));
-        store_destroy(&path, "db", &key, &mut out).unwrap();
-        assert!(store_ls(&path, &mut out).unwrap().is_empty());
+        store_destroy(sf, "db", &key, &mut out).unwrap();
+        assert!(store_ls(sf, &mut out).unwrap().is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -19,11 +19,11 @@ use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
-use crate::crypto::{UserKey, PAGE};
+use crate::crypto::{KdfParams, UserKey, PAGE};
 use crate::medium::{FileMedium, KillInPsync, Medium};
 use crate::pager::{FillError, PageSource, Pager, PagerError, SliceStats, HIST_BUCKETS};
 use crate::proto::{self, Request, Status};
-use crate::store::{Design, Perm, Session, Store, StoreError, StoreOptions};
+use crate::store::{Design, OpenOptions, Perm, Session, Store, StoreError, StoreOptions};
 
 /// Virtio device type of the PMO device (unassigned in virtio 1.3; see docs/virtio-pmo.md).
 pub const VIRTIO_ID_PMO: u32 = 63;
@@ -67,6 +67,10 @@ pub struct PmoDeviceConfig {
     pub test_kill_in_psync: Option<u64>,
     /// Predictor spec for every attachment (`stream:4`, `stride`, `markov`, ...).
     pub predictor: Option<String>,
+    /// Argon2id cost of PMOs the guest creates.
+    pub kdf: KdfParams,
+    /// Rollback anchor of the store (see `store::anchor`).
+    pub anchor: Option<PathBuf>,
 }
 
 /// The store file, possibly behind the psync kill hook.
@@ -74,13 +78,15 @@ type KillHook = Option<Arc<KillInPsync<FileMedium>>>;
 
 /// Opens the store file, creating and formatting it if missing.
 pub fn open_store(path: &Path, size: Option<u64>) -> Result<Store, DeviceError> {
-    open_store_with(path, size, None).map(|(s, _)| s)
+    open_store_with(path, size, None, KdfParams::DEFAULT, None).map(|(s, _)| s)
 }
 
 fn open_store_with(
     path: &Path,
     size: Option<u64>,
     kill_at: Option<u64>,
+    kdf: KdfParams,
+    anchor: Option<&Path>,
 ) -> Result<(Store, KillHook), DeviceError> {
     let medium_err = |source| DeviceError::Medium {
         path: path.to_owned(),
@@ -103,10 +109,17 @@ fn open_store_with(
         }
         None => (Arc::new(file), None),
     };
+    let anchor = anchor.map(Path::to_path_buf);
     let store = if create {
-        Store::create(m, StoreOptions::default()).map_err(store_err)?
+        let opts = StoreOptions {
+            anchor,
+            kdf,
+            ..StoreOptions::default()
+        };
+        Store::create(m, opts).map_err(store_err)?
     } else {
-        let (store, report) = Store::open(m).map_err(store_err)?;
+        let opts = OpenOptions { anchor, kdf };
+        let (store, report) = Store::open_with(m, &opts).map_err(store_err)?;
         log::info!("PMO store {}: {report:?}", path.display());
         store
     };
@@ -219,8 +232,13 @@ impl PmoService {
             // Checked once here so a bad spec is a startup error, not a silent no-op.
             pmo_policies::predictor_from_name(spec)?;
         }
-        let (store, kill_hook) =
-            open_store_with(&cfg.store, cfg.store_size, cfg.test_kill_in_psync)?;
+        let (store, kill_hook) = open_store_with(
+            &cfg.store,
+            cfg.store_size,
+            cfg.test_kill_in_psync,
+            cfg.kdf,
+            cfg.anchor.as_deref(),
+        )?;
         let pager = Pager::new(cfg.window_size, cfg.fault_threads)?;
         Ok(Arc::new(PmoService {
             store,

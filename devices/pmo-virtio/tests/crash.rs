@@ -106,14 +106,22 @@ fn setup_pmo(design: Design, suite: Suite) -> impl Fn() -> (Arc<CrashMedium>, St
         let m = Arc::new(CrashMedium::new(LEN));
         let s = Store::create(
             m.clone() as Arc<dyn Medium>,
-            pmo_virtio::store::StoreOptions { slots: 8 },
+            pmo_virtio::store::StoreOptions {
+                slots: 8,
+                kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+                ..Default::default()
+            },
         )
         .unwrap();
         s.create_pmo_with(
             "p",
             NP * PAGE as u64,
             &key("k"),
-            CreateOptions { design, suite },
+            CreateOptions {
+                design,
+                suite,
+                kdf: None,
+            },
         )
         .unwrap();
         let w = s.attach("p", Perm::Write, &key("k")).unwrap();
@@ -130,7 +138,11 @@ fn crash_during_create() {
         let m = Arc::new(CrashMedium::new(LEN));
         let s = Store::create(
             m.clone() as Arc<dyn Medium>,
-            pmo_virtio::store::StoreOptions { slots: 8 },
+            pmo_virtio::store::StoreOptions {
+                slots: 8,
+                kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+                ..Default::default()
+            },
         )
         .unwrap();
         (m, s)

@@ -101,7 +101,15 @@ impl Medium for Checked {
 #[test]
 fn extents_are_in_use_whenever_the_store_touches_them() {
     let m = Arc::new(Checked::new(CrashMedium::new(MEDIUM)));
-    let s = Store::create(m.clone() as Arc<dyn Medium>, StoreOptions { slots: 16 }).unwrap();
+    let s = Store::create(
+        m.clone() as Arc<dyn Medium>,
+        StoreOptions {
+            slots: 16,
+            kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let k = key("k");
     s.create_pmo("a", 8 * PAGE as u64, &k).unwrap();
     s.create_pmo("b", 4 * PAGE as u64, &k).unwrap();

@@ -106,7 +106,11 @@ proptest! {
     #[test]
     fn catalog_matches_model(ops in prop::collection::vec(op(), 1..14)) {
         let mut m = Arc::new(CrashMedium::new(LEN));
-        let mut s = Store::create(m.clone() as Arc<dyn Medium>, StoreOptions { slots: 3 }).unwrap();
+        let mut s = Store::create(m.clone() as Arc<dyn Medium>, StoreOptions {
+                slots: 3,
+                kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+                ..Default::default()
+            }).unwrap();
         let mut model = Model::new();
         for op in ops {
             match &op {

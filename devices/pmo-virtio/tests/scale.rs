@@ -66,7 +66,14 @@ fn a_full_table_of_65536_pmos() {
     };
     let path = dir.join(format!("pmo-scale-{}", std::process::id()));
     let m: Arc<dyn Medium> = Arc::new(FileMedium::create(&path, 6 << 30).unwrap());
-    let s = Store::create(m, StoreOptions::default()).unwrap();
+    let s = Store::create(
+        m,
+        StoreOptions {
+            kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
     assert_eq!(s.superblock().slots, DEFAULT_SLOTS);
     let k = key("k");
     for i in 0..DEFAULT_SLOTS {
@@ -96,7 +103,15 @@ fn a_64_gib_pmo_is_sparse() {
     use std::os::unix::fs::MetadataExt;
     let path = std::env::temp_dir().join(format!("pmo-64g-{}", std::process::id()));
     let m: Arc<dyn Medium> = Arc::new(FileMedium::create(&path, 140 << 30).unwrap());
-    let s = Store::create(m, StoreOptions { slots: 16 }).unwrap();
+    let s = Store::create(
+        m,
+        StoreOptions {
+            slots: 16,
+            kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let k = key("k");
     s.create_pmo("big", 64 << 30, &k).unwrap();
     let w = s.attach("big", Perm::Write, &k).unwrap();

@@ -21,6 +21,7 @@ fn fresh_with_pmo(
         CreateOptions {
             design,
             suite: Suite::XtsBlake3,
+            kdf: None,
         },
     )
     .unwrap();
@@ -33,8 +34,17 @@ fn create_attach_psync_detach_reopen_every_design_and_suite() {
         for design in Design::ALL {
             let (m, s) = fresh(MEDIUM);
             let k = key("k1");
-            s.create_pmo_with("obj", 8 * PAGE as u64, &k, CreateOptions { design, suite })
-                .unwrap();
+            s.create_pmo_with(
+                "obj",
+                8 * PAGE as u64,
+                &k,
+                CreateOptions {
+                    design,
+                    suite,
+                    kdf: None,
+                },
+            )
+            .unwrap();
             let sess = s.attach("obj", Perm::Write, &k).unwrap();
             assert_eq!(sess.design(), design);
             let mut out = [1u8; PAGE];
@@ -183,8 +193,17 @@ fn at_rest_the_medium_holds_no_plaintext_marker() {
         for design in Design::ALL {
             let (m, s) = fresh(MEDIUM);
             let k = key("KEY-MARKER-0b4c9e");
-            s.create_pmo_with("a", 16 * PAGE as u64, &k, CreateOptions { design, suite })
-                .unwrap();
+            s.create_pmo_with(
+                "a",
+                16 * PAGE as u64,
+                &k,
+                CreateOptions {
+                    design,
+                    suite,
+                    kdf: None,
+                },
+            )
+            .unwrap();
             let marker = b"PLAINTEXT-MARKER-7d1e";
             let mut p = [0u8; PAGE];
             for c in p.chunks_mut(64) {
@@ -298,11 +317,12 @@ fn id_designs_defer_tags_to_detach_and_recover_after_power_loss() {
         let w = s.attach("a", Perm::Write, &k).unwrap();
         w.psync([(2u64, &page_of(5, 2)), (3, &page_of(5, 3))])
             .unwrap();
-        // The checksum is not updated at psync: the leaves on the medium carry no tag yet.
+        // The checksum is not updated at psync: the leaves on the medium carry no tag yet
+        // (a leaf is version, generation, tag).
         let info = &s.list()[0];
         assert_eq!(info.pending_tags, 2);
         let leaf = info.extent.0 + 8 * PAGE as u64 + 2 * 40;
-        assert!(m.snapshot()[leaf as usize + 8..leaf as usize + 40]
+        assert!(m.snapshot()[leaf as usize + 24..leaf as usize + 40]
             .iter()
             .all(|b| *b == 0));
         // In-session faults are served from the shadow.
@@ -313,7 +333,7 @@ fn id_designs_defer_tags_to_detach_and_recover_after_power_loss() {
         let img = m.crash_image(CrashMode::DropAll);
         w.detach().wait().unwrap();
         assert_eq!(s.list()[0].pending_tags, 0, "UC at detach");
-        assert!(m.snapshot()[leaf as usize + 8..leaf as usize + 40]
+        assert!(m.snapshot()[leaf as usize + 24..leaf as usize + 40]
             .iter()
             .any(|b| *b != 0));
         // Reboot: recovery is keyless; the next attach runs the crash handler with the key.
@@ -338,7 +358,15 @@ fn the_store_file_at_rest_holds_no_plaintext_or_key() {
     let marker = b"FILE-PLAINTEXT-MARKER-9a0f";
     {
         let m: Arc<dyn Medium> = Arc::new(FileMedium::create(&path, 8 << 20).unwrap());
-        let s = Store::create(m, StoreOptions { slots: 8 }).unwrap();
+        let s = Store::create(
+            m,
+            StoreOptions {
+                slots: 8,
+                kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         s.create_pmo("f", 16 * PAGE as u64, &k).unwrap();
         let mut p = [0u8; PAGE];
         for c in p.chunks_mut(128) {

@@ -76,6 +76,10 @@ pub struct VmSpec {
     pub shell: bool,
 }
 
+/// Key-derivation cost of the PMOs VM tests create: real Argon2id, cheap enough for the nested
+/// test host (host-side tests cover the default cost).
+pub const VM_TEST_KDF: &str = "m=256K,t=1";
+
 /// Per-VM timeout unless a spec sets its own: a guest boot takes ~10 s of wall time in the
 /// nested test host, the rest is headroom for a slow, shared machine.
 pub const DEFAULT_VM_TIMEOUT: Duration = Duration::from_secs(120);
@@ -409,6 +413,10 @@ pub(crate) fn vmm_args(
         // Formatted before the run (see `ensure_backing_files`), so no size here.
         args.push("--pmo-store".to_string());
         args.push(store.display().to_string());
+        // Argon2id at its default cost (64 MiB, 3 passes) takes seconds per attach in the
+        // nested software-emulated test host; the tests attach hundreds of times.
+        args.push("--pmo-kdf".to_string());
+        args.push(VM_TEST_KDF.to_string());
     }
     for ((media, lsa, key), dev) in cxl.iter().zip(&spec.cxl) {
         let mut opt = format!(
@@ -477,7 +485,7 @@ mod tests {
         assert!(joined.contains("|--pmo-store|/s|"));
         assert!(joined.starts_with("run|--kernel|/k|--initrd|/i|--cmdline|console=ttyS0 "));
         assert!(joined.contains(
-            "|--memory|1G|--cpus|2|--pmem|/a,64M|--pmem|/b|--pmo-store|/s|--console|stdout"
+            "|--memory|1G|--cpus|2|--pmem|/a,64M|--pmem|/b|--pmo-store|/s|--pmo-kdf|m=256K,t=1|--console|stdout"
         ));
     }
 

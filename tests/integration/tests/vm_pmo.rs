@@ -172,9 +172,12 @@ fn store_file_never_holds_guest_plaintext() {
 #[test]
 fn store_is_consistent_after_the_sessions() {
     let g = group();
-    let report =
-        pmo_virtio::cli_support::store_fsck(&g.store, &mut std::io::sink(), &mut std::io::sink())
-            .expect("fsck runs");
+    let report = pmo_virtio::cli_support::store_fsck(
+        pmo_virtio::cli_support::StoreFile::plain(&g.store),
+        &mut std::io::sink(),
+        &mut std::io::sink(),
+    )
+    .expect("fsck runs");
     assert!(report.problems.is_empty(), "fsck: {:?}", report.problems);
 }
 

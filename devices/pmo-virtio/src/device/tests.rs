@@ -30,6 +30,8 @@ fn service_with(dir: &Path, predictor: Option<&str>) -> Result<Arc<PmoService>, 
         fault_threads: 2,
         test_kill_in_psync: None,
         predictor: predictor.map(str::to_string),
+        kdf: crate::crypto::KdfParams::INSECURE_FAST,
+        anchor: None,
     })
 }
 

@@ -67,12 +67,16 @@ impl Allocator {
         Ok(())
     }
 
-    /// Finds and reserves an extent of at least `len` bytes (rounded up to the alignment).
+    /// Finds and reserves an aligned extent of at least `len` bytes (rounded up to the
+    /// alignment). Offsets are aligned even when a free run does not start aligned.
     pub fn alloc(&mut self, len: u64) -> Result<(u64, u64), AllocError> {
         let len = len
             .checked_next_multiple_of(self.align)
             .ok_or(AllocError::NoSpace(len))?;
-        let found = self.free.iter().find(|(_, &l)| l >= len).map(|(&o, _)| o);
+        let found = self.free.iter().find_map(|(&o, &l)| {
+            let start = o.checked_next_multiple_of(self.align)?;
+            (start.checked_add(len)? <= o + l).then_some(start)
+        });
         let off = found.ok_or(AllocError::NoSpace(len))?;
         self.reserve(off, len)?;
         Ok((off, len))
@@ -99,6 +103,14 @@ impl Allocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn offsets_stay_aligned_after_an_unaligned_run() {
+        let mut a = Allocator::new(0, 100, 10);
+        a.reserve(0, 15).unwrap();
+        assert_eq!(a.alloc(10).unwrap(), (20, 10));
+        assert_eq!(a.alloc(80), Err(AllocError::NoSpace(80)));
+    }
 
     #[test]
     fn alloc_release_merge_and_overlap() {

@@ -16,6 +16,7 @@
 //! psync commits through a redo journal in the TSC.
 
 mod alloc;
+pub mod anchor;
 mod codec;
 pub mod design;
 mod journal;
@@ -34,11 +35,14 @@ pub use session::{DetachHandle, Session};
 pub use superblock::SuperblockError;
 pub use tree::TreeError;
 
-use crate::crypto::{CryptoError, KeyParams, PmoKeys, Suite, UserKey, PAGE};
+use crate::crypto::{CryptoError, KdfParams, KeyParams, PmoKeys, Suite, UserKey, PAGE};
 use crate::medium::{Medium, MediumError};
 use alloc::Allocator;
+pub use anchor::{Anchor, AnchorError};
 use record::{write_record, Record, MAX_NAME};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use superblock::Superblock;
 use tree::TreeLayout;
@@ -125,6 +129,15 @@ pub enum StoreError {
     /// A background detach thread could not be started or died.
     #[error("detach worker failed")]
     Worker,
+    /// A counter read from the medium is at its maximum; it is refused, never wrapped.
+    #[error("{0} exhausted")]
+    CounterExhausted(&'static str),
+    /// The rollback anchor refused the store or could not be updated.
+    #[error(transparent)]
+    Anchor(#[from] AnchorError),
+    /// A keyless record write would have changed a field bound under the record MAC (a bug).
+    #[error("internal: keyless write of a bound record field")]
+    BoundFieldChanged,
 }
 
 impl From<CryptoError> for StoreError {
@@ -150,14 +163,31 @@ pub enum Perm {
 pub struct StoreOptions {
     /// Number of PMO table slots (the most PMOs the store can hold).
     pub slots: u32,
+    /// Rollback anchor to create for the new store (see [`anchor`]).
+    pub anchor: Option<PathBuf>,
+    /// Key-derivation cost of PMOs created through this handle without their own
+    /// (not stored: each PMO's own cost is in its record).
+    pub kdf: KdfParams,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
         Self {
             slots: DEFAULT_SLOTS,
+            anchor: None,
+            kdf: KdfParams::DEFAULT,
         }
     }
+}
+
+/// Options for opening a store.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    /// Rollback anchor: the store is refused if it is older than the anchor; the anchor is
+    /// created from the store if the file does not exist yet (see [`anchor`]).
+    pub anchor: Option<PathBuf>,
+    /// As [`StoreOptions::kdf`].
+    pub kdf: KdfParams,
 }
 
 /// Options for creating a PMO.
@@ -167,6 +197,9 @@ pub struct CreateOptions {
     pub design: Design,
     /// Page cipher and tag.
     pub suite: Suite,
+    /// Cost of deriving the PMO's root key from the user key (Argon2id); `None`: the store
+    /// handle's default (see [`StoreOptions::kdf`]).
+    pub kdf: Option<KdfParams>,
 }
 
 impl Default for CreateOptions {
@@ -174,6 +207,7 @@ impl Default for CreateOptions {
         Self {
             design: Design::D,
             suite: Suite::XtsBlake3,
+            kdf: None,
         }
     }
 }
@@ -201,10 +235,24 @@ pub struct PmoInfo {
     pub pending_tags: u64,
 }
 
-/// Current record of a PMO and which copy holds it.
+/// Current record of a PMO, which copy holds it, and a digest of its bound fields as last
+/// verified or sealed: a keyless write checks against it (see [`StoreInner::write_rec`]).
 pub(crate) struct RecCell {
     pub rec: Record,
     pub copy: u8,
+    bound: [u8; 32],
+}
+
+impl RecCell {
+    /// A record as read from the medium (its MAC is checked at attach, with the key).
+    pub fn new(rec: Record, copy: u8, store_uuid: &[u8; 16]) -> Self {
+        let bound = bound_digest(&rec, store_uuid);
+        Self { rec, copy, bound }
+    }
+}
+
+fn bound_digest(rec: &Record, store_uuid: &[u8; 16]) -> [u8; 32] {
+    codec::checksum(&[&rec.bound_bytes(store_uuid)])
 }
 
 /// Who holds a PMO.
@@ -275,16 +323,27 @@ impl PmoRt {
 }
 
 pub(crate) struct Catalog {
-    pub names: HashMap<String, Arc<PmoRt>>,
+    /// Live PMOs by name, in name order (LIST walks it without sorting).
+    pub names: BTreeMap<String, Arc<PmoRt>>,
     /// Free slot -> (last seq, current copy) so a reused slot continues its sequence.
     pub free_slots: BTreeMap<u32, (u64, u8)>,
     pub alloc: Allocator,
 }
 
+/// Lock order: `cat` before any PMO's `rec`; a PMO's `rec` before its session's locks. `gate`
+/// is never held while another of these is taken.
 pub(crate) struct StoreInner {
     pub m: Arc<dyn Medium>,
     pub sb: Superblock,
     pub cat: Mutex<Catalog>,
+    /// The store-wide commit counter: the highest `commit` of any record.
+    pub commit: AtomicU64,
+    /// Bumped by every create and destroy, so a lister can tell its snapshot is stale.
+    pub catalog_version: AtomicU64,
+    /// Rollback anchor kept outside the medium, if the store has one.
+    pub anchor: Option<Anchor>,
+    /// Key-derivation cost for creates that do not name one.
+    pub default_kdf: KdfParams,
 }
 
 impl StoreInner {
@@ -292,10 +351,52 @@ impl StoreInner {
         self.cat.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Writes a record update crash-atomically.
+    /// Writes a record update that changes no bound field (state, journal, TSC mark):
+    /// crash-atomic, and needs no key, so recovery can do it. Refuses if a bound field changed.
     pub fn write_rec(&self, rt: &PmoRt, cell: &mut RecCell) -> Result<(), StoreError> {
+        if bound_digest(&cell.rec, &self.sb.uuid) != cell.bound {
+            return Err(StoreError::BoundFieldChanged);
+        }
         cell.copy = write_record(&*self.m, &self.sb, rt.slot, cell.copy, &mut cell.rec)?;
         Ok(())
+    }
+
+    /// Writes a record update under a new record MAC (bound fields may have changed).
+    pub fn write_rec_keyed(
+        &self,
+        rt: &PmoRt,
+        cell: &mut RecCell,
+        keys: &PmoKeys,
+    ) -> Result<(), StoreError> {
+        cell.rec.seal(keys, &self.sb.uuid);
+        cell.bound = bound_digest(&cell.rec, &self.sb.uuid);
+        cell.copy = write_record(&*self.m, &self.sb, rt.slot, cell.copy, &mut cell.rec)?;
+        Ok(())
+    }
+
+    /// A commit: the record takes the next store-wide commit number, is sealed and written,
+    /// and then the anchor (if any) learns the slot's new number. The record is durable before
+    /// the anchor moves, so a crash in between leaves the medium ahead of the anchor, which
+    /// open accepts.
+    pub fn write_rec_commit(
+        &self,
+        rt: &PmoRt,
+        cell: &mut RecCell,
+        keys: &PmoKeys,
+    ) -> Result<(), StoreError> {
+        cell.rec.commit = self.next_commit()?;
+        self.write_rec_keyed(rt, cell, keys)?;
+        if let Some(a) = &self.anchor {
+            a.advance(rt.slot, cell.rec.commit)?;
+        }
+        Ok(())
+    }
+
+    fn next_commit(&self) -> Result<u64, StoreError> {
+        self.commit
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_add(1))
+            .map(|prev| prev + 1)
+            .map_err(|_| StoreError::CounterExhausted("store commit counter"))
     }
 
     /// Durably zeroes the first `len` bytes of a PMO's TSC.
@@ -367,15 +468,23 @@ impl Store {
             free_slots.insert(s, (0, 1));
         }
         let alloc = Allocator::new(sb.data_off, sb.medium_len, EXTENT_ALIGN);
+        let anchor = match &opts.anchor {
+            Some(path) => Some(Anchor::create(path, sb.uuid, &vec![0; sb.slots as usize])?),
+            None => None,
+        };
         Ok(Store {
             inner: Arc::new(StoreInner {
                 m: medium,
                 sb,
                 cat: Mutex::new(Catalog {
-                    names: HashMap::new(),
+                    names: BTreeMap::new(),
                     free_slots,
                     alloc,
                 }),
+                commit: AtomicU64::new(0),
+                catalog_version: AtomicU64::new(0),
+                anchor,
+                default_kdf: opts.kdf,
             }),
         })
     }
@@ -383,7 +492,26 @@ impl Store {
     /// Opens a store and runs recovery. Cost: one pass over the PMO table plus, for each PMO
     /// caught mid-operation, its journal/TSC; independent of data size otherwise.
     pub fn open(medium: Arc<dyn Medium>) -> Result<(Store, RecoveryReport), StoreError> {
-        recovery::open(medium)
+        Self::open_with(medium, &OpenOptions::default())
+    }
+
+    /// [`Store::open`] with options (a rollback anchor).
+    pub fn open_with(
+        medium: Arc<dyn Medium>,
+        opts: &OpenOptions,
+    ) -> Result<(Store, RecoveryReport), StoreError> {
+        recovery::open(medium, opts)
+    }
+
+    /// A number that changes whenever a PMO is created or destroyed: a lister's snapshot of
+    /// [`Store::list`] is current while it stays the same.
+    pub fn catalog_version(&self) -> u64 {
+        self.inner.catalog_version.load(Ordering::Acquire)
+    }
+
+    /// The store-wide commit counter (highest commit number of any record).
+    pub fn commit_counter(&self) -> u64 {
+        self.inner.commit.load(Ordering::Acquire)
     }
 
     /// The medium under this store.
@@ -403,10 +531,10 @@ impl Store {
 
     /// Lists PMOs, sorted by name.
     pub fn list(&self) -> Vec<PmoInfo> {
-        let cat = self.inner.lock_cat();
-        let mut v: Vec<PmoInfo> = cat
-            .names
-            .values()
+        // Catalog first, records after it is released: the lock order is catalog -> record,
+        // and no record lock is held while waiting for the catalog.
+        let rts: Vec<Arc<PmoRt>> = self.inner.lock_cat().names.values().cloned().collect();
+        rts.iter()
             .map(|rt| {
                 let c = rt.lock_rec();
                 PmoInfo {
@@ -421,12 +549,11 @@ impl Store {
                     pending_tags: c.rec.pending_tags,
                 }
             })
-            .collect();
-        v.sort_by(|a, b| a.name.cmp(&b.name));
-        v
+            .collect()
     }
 
-    /// Creates a PMO with the default design (`d`) and suite (`xts-blake3`).
+    /// Creates a PMO with the default design (`d`), suite (`xts-blake3`) and the handle's
+    /// key-derivation cost.
     pub fn create_pmo(&self, name: &str, size: u64, key: &UserKey) -> Result<(), StoreError> {
         self.create_pmo_with(name, size, key, CreateOptions::default())
     }
@@ -443,7 +570,7 @@ impl Store {
         let npages = validate_size(size)?;
         let layout = TreeLayout::new(npages);
         let geo = Geometry::of(npages, &layout);
-        let params = KeyParams::generate(opts.suite)?;
+        let params = KeyParams::generate(opts.suite, opts.kdf.unwrap_or(self.inner.default_kdf))?;
         let keys = PmoKeys::derive(key, params)?;
         let mut cat = self.inner.lock_cat();
         if cat.names.contains_key(name) {
@@ -452,6 +579,14 @@ impl Store {
         let (&slot, &(seq, copy)) = cat.free_slots.iter().next().ok_or(StoreError::TableFull)?;
         let (ext_off, ext_len) = cat.alloc.alloc(geo.total())?;
         let result = (|| {
+            // Extents are aligned by construction; check it anyway, since open refuses a
+            // record whose extent is not (nothing unaligned is ever written).
+            if !ext_off.is_multiple_of(EXTENT_ALIGN) || !ext_len.is_multiple_of(EXTENT_ALIGN) {
+                return Err(StoreError::Alloc(AllocError::Overlap {
+                    off: ext_off,
+                    len: ext_len,
+                }));
+            }
             // Key the range (on a medium with inline encryption) before anything is written.
             self.inner.m.extent_in_use(slot, ext_off, ext_len)?;
             // The free space may hold a destroyed PMO's bytes or a crashed create's: scrub the
@@ -460,8 +595,7 @@ impl Store {
             let meta = ext_off + geo.meta_rel();
             self.inner.m.zero(meta, geo.meta_len)?;
             self.inner.m.persist(meta, geo.meta_len)?;
-            let root = [0u8; 32];
-            let mut rec = Record {
+            let rec = Record {
                 seq,
                 state: PmoState::Detached,
                 design: opts.design,
@@ -473,34 +607,40 @@ impl Store {
                 kcv: keys.key_check_value(),
                 epoch: 0,
                 next_epoch: 1,
-                root,
-                root_mac: keys.root_mac(0, npages, &root),
+                root: [0u8; 32],
+                commit: 0,
+                pending_tags: 0,
+                rec_mac: [0; 32],
                 journal_len: 0,
                 journal_sum: [0; 32],
                 tsc_dirty: 0,
-                pending_tags: 0,
             };
-            let copy = write_record(&*self.inner.m, &self.inner.sb, slot, copy, &mut rec)?;
-            Ok::<_, StoreError>(RecCell { rec, copy })
+            let rt = Arc::new(PmoRt {
+                slot,
+                name: name.to_string(),
+                npages,
+                ext_off,
+                layout,
+                rec: Mutex::new(RecCell::new(rec, copy, &self.inner.sb.uuid)),
+                gate: Mutex::new(Gate::default()),
+                cv: Condvar::new(),
+                damaged: Mutex::new(None),
+            });
+            // The commit point; the anchor (if any) moves after it.
+            self.inner
+                .write_rec_commit(&rt, &mut rt.lock_rec(), &keys)?;
+            Ok::<_, StoreError>(rt)
         })();
         match result {
-            Ok(cell) => {
+            Ok(rt) => {
                 cat.free_slots.remove(&slot);
-                let rt = Arc::new(PmoRt {
-                    slot,
-                    name: name.to_string(),
-                    npages,
-                    ext_off,
-                    layout,
-                    rec: Mutex::new(cell),
-                    gate: Mutex::new(Gate::default()),
-                    cv: Condvar::new(),
-                    damaged: Mutex::new(None),
-                });
                 cat.names.insert(name.to_string(), rt);
+                self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
                 Ok(())
             }
             Err(e) => {
+                // A failure after the record write (the anchor) leaves a committed PMO that
+                // the next open will find; this process just does not list it.
                 if let Err(re) = self.inner.m.extent_released(slot) {
                     log::warn!("release extent of slot {slot}: {re}");
                 }
@@ -543,7 +683,7 @@ impl Store {
     /// Destroys a PMO: checks the key, scrubs its extent, frees its slot.
     pub fn destroy_pmo(&self, name: &str, key: &UserKey) -> Result<(), StoreError> {
         let rt = self.lookup(name)?;
-        let _keys = Self::unlock(&rt, key)?;
+        let keys = Self::unlock(&rt, key)?;
         let mut gate = Self::wait_idle(&rt);
         if gate.gone {
             return Err(StoreError::NotFound(name.to_string()));
@@ -553,7 +693,7 @@ impl Store {
         }
         gate.busy += 1;
         drop(gate);
-        let r = self.destroy_locked(&rt);
+        let r = self.destroy_locked(&rt, &keys);
         let mut gate = rt.lock_gate();
         gate.busy -= 1;
         if r.is_ok() {
@@ -563,20 +703,26 @@ impl Store {
         r
     }
 
-    fn destroy_locked(&self, rt: &Arc<PmoRt>) -> Result<(), StoreError> {
-        let mut cell = rt.lock_rec();
-        cell.rec.state = PmoState::Destroying;
-        self.inner.write_rec(rt, &mut cell)?;
-        let (off, len) = (cell.rec.ext_off, cell.rec.ext_len);
-        self.inner.m.zero(off, len)?;
-        self.inner.m.persist(off, len)?;
-        cell.rec.state = PmoState::Free;
-        self.inner.write_rec(rt, &mut cell)?;
-        self.inner.m.extent_released(rt.slot)?;
+    fn destroy_locked(&self, rt: &Arc<PmoRt>, keys: &PmoKeys) -> Result<(), StoreError> {
+        let (off, len, seq, copy) = {
+            let mut cell = rt.lock_rec();
+            // The commit point: a rollback anchor learns that this slot moved on.
+            cell.rec.state = PmoState::Destroying;
+            self.inner.write_rec_commit(rt, &mut cell, keys)?;
+            let (off, len) = (cell.rec.ext_off, cell.rec.ext_len);
+            self.inner.m.zero(off, len)?;
+            self.inner.m.persist(off, len)?;
+            cell.rec.state = PmoState::Free;
+            self.inner.write_rec(rt, &mut cell)?;
+            self.inner.m.extent_released(rt.slot)?;
+            (off, len, cell.rec.seq, cell.copy)
+        };
+        // The record lock is released first: the lock order is catalog -> record.
         let mut cat = self.inner.lock_cat();
         cat.names.remove(&rt.name);
         cat.alloc.release(off, len);
-        cat.free_slots.insert(rt.slot, (cell.rec.seq, cell.copy));
+        cat.free_slots.insert(rt.slot, (seq, copy));
+        self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 

@@ -3,14 +3,21 @@
 //! A record update writes the copy that is *not* current with a higher sequence number and its own
 //! checksum, then persists it. A crash mid-write leaves a copy whose checksum fails, so the other
 //! (older, complete) copy wins at open: every record update is crash-atomic.
+//!
+//! The checksum is unkeyed: it catches torn writes, not an attacker, who can recompute it. What an
+//! attacker must not change is carried by the **record MAC**, keyed by the PMO's key: every field
+//! that decides how pages are encrypted and checked or what the PMO is ([`Record::bound_bytes`]).
+//! Keyless recovery changes only the fields outside it (sequence, state, journal, TSC mark), and
+//! [`RecCell`] makes that a checked rule rather than a convention.
 
 use super::codec::{checksum, Dec, Enc};
 use super::design::Design;
 use super::superblock::{Superblock, SLOT_SIZE};
-use crate::crypto::{KeyParams, Suite};
+use super::StoreError;
+use crate::crypto::{KdfParams, KeyParams, PmoKeys, Suite, PAGE};
 use crate::medium::{Medium, MediumError};
 
-const MAGIC: u32 = 0x524f_4d50; // "PMOR"
+const MAGIC: u32 = 0x3252_4d50; // "PMR2"
 /// Longest PMO name.
 pub const MAX_NAME: usize = 64;
 
@@ -101,7 +108,7 @@ pub struct Record {
     pub ext_off: u64,
     /// Extent length.
     pub ext_len: u64,
-    /// Key derivation parameters (salt, uid, suite, paper IV).
+    /// Key derivation parameters (salt, uid, suite, paper IV, Argon2id cost).
     pub keys: KeyParams,
     /// Key check value.
     pub kcv: [u8; 32],
@@ -111,8 +118,9 @@ pub struct Record {
     pub next_epoch: u64,
     /// Merkle root over the per-page metadata.
     pub root: [u8; 32],
-    /// Keyed MAC over (uid, epoch, npages, root).
-    pub root_mac: [u8; 32],
+    /// The store-wide commit counter when this record last committed (create, psync, destroy):
+    /// what a rollback anchor compares.
+    pub commit: u64,
     /// Bytes of the committed journal in the TSC (state TscCopy).
     pub journal_len: u64,
     /// Checksum of that journal.
@@ -122,22 +130,22 @@ pub struct Record {
     /// Pages psync'd by an `id` design whose tags are still to be computed (their leaves hold
     /// a zero tag); the crash handler at the next attach computes them.
     pub pending_tags: u64,
+    /// Keyed MAC over [`Record::bound_bytes`].
+    pub rec_mac: [u8; 32],
 }
 
 impl Record {
-    /// Encodes the record with its checksum (public for tamper tests and tools).
-    pub fn encode(&self) -> Vec<u8> {
+    /// The fields bound under the record MAC, in a canonical encoding: everything that decides
+    /// how the PMO's pages are encrypted and checked, where they are, and which version of them
+    /// is current. `store_uuid` ties the record to its store.
+    pub fn bound_bytes(&self, store_uuid: &[u8; 16]) -> Vec<u8> {
         let mut e = Enc::default();
-        let name = self.name.as_bytes();
-        let mut nb = [0u8; MAX_NAME];
-        let n = name.len().min(MAX_NAME);
-        nb[..n].copy_from_slice(&name[..n]);
-        e.u32(MAGIC)
-            .u64(self.seq)
-            .u8(self.state.code())
+        let (n, nb) = self.name_field();
+        e.bytes(store_uuid)
+            .u32(PAGE as u32)
             .u8(self.design.code())
             .u8(self.keys.suite.code())
-            .u8(n as u8)
+            .u8(n)
             .bytes(&nb)
             .u64(self.npages)
             .u64(self.ext_off)
@@ -145,21 +153,74 @@ impl Record {
             .u64(self.keys.uid)
             .bytes(&self.keys.salt)
             .bytes(&self.keys.paper_iv)
+            .u32(self.keys.kdf.m_kib)
+            .u32(self.keys.kdf.t)
+            .u32(self.keys.kdf.p)
             .bytes(&self.kcv)
             .u64(self.epoch)
             .u64(self.next_epoch)
             .bytes(&self.root)
-            .bytes(&self.root_mac)
+            .u64(self.commit)
+            .u64(self.pending_tags);
+        e.0
+    }
+
+    /// Sets the record MAC with the PMO's keys (after a change of a bound field).
+    pub fn seal(&mut self, keys: &PmoKeys, store_uuid: &[u8; 16]) {
+        self.rec_mac = keys.record_mac(&self.bound_bytes(store_uuid));
+    }
+
+    /// Checks the record MAC in constant time.
+    pub fn verify(&self, keys: &PmoKeys, store_uuid: &[u8; 16]) -> bool {
+        keys.check_record_mac(&self.bound_bytes(store_uuid), &self.rec_mac)
+    }
+
+    fn name_field(&self) -> (u8, [u8; MAX_NAME]) {
+        let name = self.name.as_bytes();
+        let mut nb = [0u8; MAX_NAME];
+        let n = name.len().min(MAX_NAME);
+        nb[..n].copy_from_slice(&name[..n]);
+        (n as u8, nb)
+    }
+
+    /// Encodes the record with its checksum (public for tamper tests and tools).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut e = Enc::default();
+        let (n, nb) = self.name_field();
+        e.u32(MAGIC)
+            .u64(self.seq)
+            .u8(self.state.code())
+            .u8(self.design.code())
+            .u8(self.keys.suite.code())
+            .u8(n)
+            .bytes(&nb)
+            .u64(self.npages)
+            .u64(self.ext_off)
+            .u64(self.ext_len)
+            .u64(self.keys.uid)
+            .bytes(&self.keys.salt)
+            .bytes(&self.keys.paper_iv)
+            .u32(self.keys.kdf.m_kib)
+            .u32(self.keys.kdf.t)
+            .u32(self.keys.kdf.p)
+            .bytes(&self.kcv)
+            .u64(self.epoch)
+            .u64(self.next_epoch)
+            .bytes(&self.root)
+            .u64(self.commit)
+            .u64(self.pending_tags)
+            .bytes(&self.rec_mac)
             .u64(self.journal_len)
             .bytes(&self.journal_sum)
-            .u64(self.tsc_dirty)
-            .u64(self.pending_tags);
+            .u64(self.tsc_dirty);
+        debug_assert_eq!(e.0.len(), ENCODED_BODY);
         let sum = checksum(&[&e.0]);
         e.bytes(&sum);
         e.0
     }
 
-    fn decode(b: &[u8]) -> Option<Self> {
+    /// Decodes one record copy; `None` if it is not a valid record (public for tools and tests).
+    pub fn decode(b: &[u8]) -> Option<Self> {
         let mut d = Dec::new(b);
         if d.u32().ok()? != MAGIC {
             return None;
@@ -177,15 +238,21 @@ impl Record {
         let uid = d.u64().ok()?;
         let salt = d.arr().ok()?;
         let paper_iv = d.arr().ok()?;
+        let kdf = KdfParams {
+            m_kib: d.u32().ok()?,
+            t: d.u32().ok()?,
+            p: d.u32().ok()?,
+        };
         let kcv = d.arr().ok()?;
         let epoch = d.u64().ok()?;
         let next_epoch = d.u64().ok()?;
         let root = d.arr().ok()?;
-        let root_mac = d.arr().ok()?;
+        let commit = d.u64().ok()?;
+        let pending_tags = d.u64().ok()?;
+        let rec_mac = d.arr().ok()?;
         let journal_len = d.u64().ok()?;
         let journal_sum = d.arr().ok()?;
         let tsc_dirty = d.u64().ok()?;
-        let pending_tags = d.u64().ok()?;
         let sum: [u8; 32] = d.arr().ok()?;
         if checksum(&[b.get(..ENCODED_BODY)?]) != sum {
             return None;
@@ -203,23 +270,25 @@ impl Record {
                 paper_iv,
                 suite,
                 uid,
+                kdf,
             },
             kcv,
             epoch,
             next_epoch,
             root,
-            root_mac,
+            commit,
+            pending_tags,
+            rec_mac,
             journal_len,
             journal_sum,
             tsc_dirty,
-            pending_tags,
         })
     }
 }
 
 /// Length of the encoded record body before its checksum.
 const ENCODED_BODY: usize =
-    4 + 8 + 4 + MAX_NAME + 8 * 4 + 32 + 16 + 32 + 8 + 8 + 32 + 32 + 8 + 32 + 8 + 8;
+    4 + 8 + 4 + MAX_NAME + 8 * 4 + 32 + 16 + 12 + 32 + 8 + 8 + 32 + 8 + 8 + 32 + 8 + 32 + 8;
 
 /// What a table slot holds after reading both copies.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -275,15 +344,19 @@ pub fn arbitrate(slot: &[u8]) -> SlotContent {
 }
 
 /// Writes `rec` (with `seq` bumped) into the non-current copy of `slot` and persists it.
-/// Returns the copy index that is now current.
+/// Returns the copy index that is now current. A sequence number at its maximum (only an edited
+/// record gets there) is refused, never wrapped: a wrapped copy would lose arbitration.
 pub fn write_record(
     m: &dyn Medium,
     sb: &Superblock,
     slot: u32,
     current: u8,
     rec: &mut Record,
-) -> Result<u8, MediumError> {
-    rec.seq += 1;
+) -> Result<u8, StoreError> {
+    rec.seq = rec
+        .seq
+        .checked_add(1)
+        .ok_or(StoreError::CounterExhausted("record sequence"))?;
     let next = 1 - current.min(1);
     let b = rec.encode();
     let off = sb.record_off(slot, next);
@@ -310,12 +383,14 @@ mod tests {
                 paper_iv: [2; 16],
                 suite: Suite::XtsBlake3,
                 uid: 7,
+                kdf: KdfParams::INSECURE_FAST,
             },
             kcv: [3; 32],
             epoch: 0,
             next_epoch: 1,
             root: [0; 32],
-            root_mac: [4; 32],
+            commit: 9,
+            rec_mac: [4; 32],
             journal_len: 0,
             journal_sum: [0; 32],
             tsc_dirty: 0,

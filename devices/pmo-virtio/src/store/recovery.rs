@@ -13,16 +13,18 @@
 //! | destroying | pdestroy scrubbing | scrub extent, -> free |
 
 use super::alloc::Allocator;
-use super::record::{read_slot, write_record, Record, SlotContent};
+use super::anchor::Anchor;
+use super::record::{read_slot, Record, SlotContent};
 use super::superblock::Superblock;
 use super::tree::{TreeCache, TreeLayout};
 use super::{
-    journal, validate_name, Catalog, Gate, Geometry, PmoRt, PmoState, RecCell, Store, StoreError,
-    StoreInner, EXTENT_ALIGN, MAX_PMO_SIZE,
+    journal, validate_name, Catalog, Gate, Geometry, OpenOptions, PmoRt, PmoState, RecCell, Store,
+    StoreError, StoreInner, EXTENT_ALIGN, MAX_PMO_SIZE,
 };
 use crate::crypto::PAGE;
 use crate::medium::Medium;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex};
 
 /// What recovery did to one PMO.
@@ -74,34 +76,45 @@ fn validate(sb: &Superblock, r: &Record) -> Result<(TreeLayout, Geometry), Strin
         || end > sb.medium_len
         || r.ext_len < geo.total()
         || !r.ext_off.is_multiple_of(EXTENT_ALIGN)
+        || !r.ext_len.is_multiple_of(EXTENT_ALIGN)
     {
         return Err("extent outside data area or too small".into());
     }
     if r.journal_len > geo.tsc_len {
         return Err("journal longer than TSC".into());
     }
+    // Bounded before any attach spends memory and time on them.
+    r.keys.kdf.check().map_err(|e| e.to_string())?;
     Ok((layout, geo))
 }
 
-pub(super) fn open(m: Arc<dyn Medium>) -> Result<(Store, RecoveryReport), StoreError> {
+pub(super) fn open(
+    m: Arc<dyn Medium>,
+    opts: &OpenOptions,
+) -> Result<(Store, RecoveryReport), StoreError> {
     let sb = Superblock::read(&*m)?;
     let mut report = RecoveryReport::default();
     let mut alloc = Allocator::new(sb.data_off, sb.medium_len, EXTENT_ALIGN);
     let mut names: HashMap<String, Arc<PmoRt>> = HashMap::new();
     let mut free_slots = BTreeMap::new();
+    // Each slot's commit number as the medium has it (None: damaged), for the anchor.
+    let mut commits: Vec<Option<u64>> = Vec::with_capacity(sb.slots as usize);
     let inner_m = m.clone();
     for slot in 0..sb.slots {
         let (rec, copy) = match read_slot(&*m, &sb, slot)? {
             SlotContent::Blank => {
                 free_slots.insert(slot, (0, 1));
+                commits.push(Some(0));
                 continue;
             }
             SlotContent::Damaged => {
                 report.bad_slots.push((slot, "no valid record copy".into()));
+                commits.push(None);
                 continue;
             }
             SlotContent::Valid { rec, copy } => (*rec, copy),
         };
+        commits.push(Some(rec.commit));
         if rec.state == PmoState::Free {
             free_slots.insert(slot, (rec.seq, copy));
             continue;
@@ -123,32 +136,56 @@ pub(super) fn open(m: Arc<dyn Medium>) -> Result<(Store, RecoveryReport), StoreE
             report.bad_slots.push((slot, e.to_string()));
             continue;
         }
-        // Recovery may read and write the extent: key it first (inline-encrypting media).
-        m.extent_in_use(slot, rec.ext_off, rec.ext_len)?;
         let rt = Arc::new(PmoRt {
             slot,
             name: rec.name.clone(),
             npages: rec.npages,
             ext_off: rec.ext_off,
             layout,
-            rec: Mutex::new(RecCell { rec, copy }),
+            rec: Mutex::new(RecCell::new(rec, copy, &sb.uuid)),
             gate: Mutex::new(Gate::default()),
             cv: Condvar::new(),
             damaged: Mutex::new(None),
         });
         names.insert(rt.name.clone(), rt);
     }
+    // A store behind its anchor was rolled back: refuse it before recovery writes anything.
+    let anchor = match &opts.anchor {
+        Some(path) => match Anchor::open(path, sb.uuid, sb.slots)? {
+            Some(a) => {
+                a.check(&commits)?;
+                Some(a)
+            }
+            None => {
+                let seed: Vec<u64> = commits.iter().map(|c| c.unwrap_or(0)).collect();
+                log::info!("created rollback anchor {}", path.display());
+                Some(Anchor::create(path, sb.uuid, &seed)?)
+            }
+        },
+        None => None,
+    };
+    // Recovery may read and write the extents: key them first (inline-encrypting media).
+    let mut by_slot: Vec<&Arc<PmoRt>> = names.values().collect();
+    by_slot.sort_by_key(|rt| rt.slot);
+    for rt in by_slot {
+        let c = rt.lock_rec();
+        m.extent_in_use(rt.slot, c.rec.ext_off, c.rec.ext_len)?;
+    }
     let inner = Arc::new(StoreInner {
         m: inner_m,
         sb,
         cat: Mutex::new(Catalog {
-            names: HashMap::new(),
+            names: BTreeMap::new(),
             free_slots,
             alloc,
         }),
+        commit: AtomicU64::new(commits.iter().flatten().copied().max().unwrap_or(0)),
+        catalog_version: AtomicU64::new(0),
+        anchor,
+        default_kdf: opts.kdf,
     });
     // Recover PMOs caught mid-operation.
-    let mut live = HashMap::new();
+    let mut live = BTreeMap::new();
     let mut freed = Vec::new();
     for (name, rt) in names {
         let found = rt.lock_rec().rec.state;
@@ -218,22 +255,19 @@ fn recover_one(inner: &StoreInner, rt: &PmoRt) -> Result<Option<RecoveryAction>,
             inner.m.zero(off, len)?;
             inner.m.persist(off, len)?;
             cell.rec.state = PmoState::Free;
-            let c = cell.copy;
-            cell.copy = write_record(&*inner.m, &inner.sb, rt.slot, c, &mut cell.rec)?;
+            inner.write_rec(rt, &mut cell)?;
             return Ok(Some(RecoveryAction::DestroyFinished));
         }
     };
     if cell.rec.tsc_dirty > 0 {
         cell.rec.state = PmoState::DestroyShadow;
-        let c = cell.copy;
-        cell.copy = write_record(&*inner.m, &inner.sb, rt.slot, c, &mut cell.rec)?;
+        inner.write_rec(rt, &mut cell)?;
         inner.scrub_tsc(rt, cell.rec.tsc_dirty)?;
         cell.rec.tsc_dirty = 0;
     }
     cell.rec.state = PmoState::Detached;
     cell.rec.journal_len = 0;
-    let c = cell.copy;
-    cell.copy = write_record(&*inner.m, &inner.sb, rt.slot, c, &mut cell.rec)?;
+    inner.write_rec(rt, &mut cell)?;
     Ok(Some(action))
 }
 

@@ -4,7 +4,7 @@ use super::journal::{self, JournalWriter};
 use super::tree::{Leaf, TreeCache, TreeUpdate};
 use super::{Design, Perm, PmoRt, PmoState, StoreError, StoreInner};
 use crate::crypto::wipe;
-use crate::crypto::{PageId, PmoKeys, PAGE};
+use crate::crypto::{KeyGen, PageId, PmoKeys, PAGE, TAG_LEN};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -23,6 +23,8 @@ struct Core {
     perm: Perm,
     design: Design,
     keys: PmoKeys,
+    /// The generation this session seals pages under (writers only; see `crypto::page_keys`).
+    gen: Option<KeyGen>,
     tree: TreeCache,
     /// Faults hold it shared; psync holds it exclusive while primaries and tree change.
     io: RwLock<()>,
@@ -70,6 +72,16 @@ pub(crate) fn release_gate(rt: &PmoRt, perm: Perm) {
     rt.cv.notify_all();
 }
 
+/// The epoch of the next commit: above every epoch already used (checked; a counter at its
+/// maximum is refused, never wrapped).
+fn next_epoch(rec: &super::record::Record) -> Result<u64, StoreError> {
+    let after = rec
+        .epoch
+        .checked_add(1)
+        .ok_or(StoreError::CounterExhausted("epoch"))?;
+    Ok(rec.next_epoch.max(after))
+}
+
 fn integrity(page: u64) -> impl Fn(super::TreeError) -> StoreError {
     move |e| match e {
         super::TreeError::Medium(m) => StoreError::Medium(m),
@@ -85,13 +97,20 @@ impl Session {
         keys: PmoKeys,
         design: Option<Design>,
     ) -> Result<Session, StoreError> {
+        let gen = match perm {
+            Perm::Write => Some(PmoKeys::new_generation()?),
+            Perm::Read => None,
+        };
         let rt2 = rt.clone();
         let mut cell = rt2.lock_rec();
         let r = &cell.rec;
-        if !keys.check_root(r.epoch, r.npages, &r.root, &r.root_mac) {
+        // Every field that decides how pages are encrypted and checked (suite, KDF cost, uid,
+        // salt, IV, size, extent, design, epochs, root) is under this MAC: a keyless edit of
+        // any of them is refused here, never used.
+        if !r.verify(&keys, &store.sb.uuid) {
             return Err(StoreError::Corrupt {
                 name: rt.name.clone(),
-                why: "root MAC".into(),
+                why: "record MAC".into(),
             });
         }
         let root = r.root;
@@ -102,6 +121,7 @@ impl Session {
             perm,
             design,
             keys,
+            gen,
             tree: TreeCache::new(root),
             io: RwLock::new(()),
             touched: Mutex::new(BTreeSet::new()),
@@ -333,6 +353,7 @@ impl Core {
             uid: self.keys.params().uid,
             page: page as u32,
             version: leaf.version,
+            gen: leaf.gen,
         };
         self.keys
             .open_page(id, out, &leaf.tag)
@@ -360,8 +381,9 @@ impl Core {
         defer: bool,
     ) -> Result<(), StoreError> {
         let uid = self.keys.params().uid;
+        let gen = self.gen.ok_or(StoreError::ReadOnly)?;
         let mut cell = self.rt.lock_rec();
-        let epoch = cell.rec.next_epoch.max(cell.rec.epoch + 1);
+        let epoch = next_epoch(&cell.rec)?;
         let mut cts: Vec<(u64, Box<[u8; PAGE]>)> = Vec::new();
         let mut leaves = BTreeMap::new();
         let mut kept = Vec::new();
@@ -370,12 +392,13 @@ impl Core {
                 uid,
                 page: p as u32,
                 version: epoch,
+                gen,
             };
             let mut ct = Box::new(*plain);
             let tag = if defer {
                 self.keys.encrypt_page(id, &mut ct)?;
                 kept.push((p, Box::new(*plain)));
-                [0u8; 32]
+                [0u8; TAG_LEN]
             } else {
                 self.keys.seal_page(id, &mut ct)?
             };
@@ -383,6 +406,7 @@ impl Core {
                 p,
                 Leaf {
                     version: epoch,
+                    gen,
                     tag,
                 },
             );
@@ -462,12 +486,14 @@ impl Core {
                 .values()
                 .map(|g| journal::entry_cost(g.len() as u64))
                 .sum::<u64>();
-        // EP: reserve the epoch (never reuse a tweak) and note how much TSC will be dirty.
+        // EP: reserve the epoch and note how much TSC will be dirty.
         let back_to = cell.rec.state;
         cell.rec.state = PmoState::EncryptPersist;
-        cell.rec.next_epoch = epoch + 1;
+        cell.rec.next_epoch = epoch
+            .checked_add(1)
+            .ok_or(StoreError::CounterExhausted("epoch"))?;
         cell.rec.tsc_dirty = cell.rec.tsc_dirty.max(jlen);
-        self.store.write_rec(&self.rt, cell)?;
+        self.store.write_rec_keyed(&self.rt, cell, &self.keys)?;
         let tsc = self.rt.ext_off + geo.tsc_rel();
         let mut w = JournalWriter::new(m, tsc, geo.tsc_len);
         let mut entries: Vec<(u64, &[u8])> = Vec::with_capacity(cts.len() + up.groups.len());
@@ -487,11 +513,10 @@ impl Core {
         cell.rec.state = PmoState::TscCopy;
         cell.rec.epoch = epoch;
         cell.rec.root = up.root;
-        cell.rec.root_mac = self.keys.root_mac(epoch, self.rt.npages, &up.root);
         cell.rec.journal_len = len;
         cell.rec.journal_sum = sum;
         cell.rec.pending_tags = pending_after;
-        self.store.write_rec(&self.rt, cell)?;
+        self.store.write_rec_commit(&self.rt, cell, &self.keys)?;
         {
             let _io = self.io.write().unwrap_or_else(|e| e.into_inner());
             journal::apply_entries(m, self.rt.ext_off, &entries)?;
@@ -529,6 +554,7 @@ impl Core {
                 uid,
                 page: *p as u32,
                 version: leaf.version,
+                gen: leaf.gen,
             };
             let mut ct = Box::new(**plain);
             self.keys.encrypt_page(id, &mut ct)?;
@@ -537,14 +563,15 @@ impl Core {
                 *p,
                 Leaf {
                     version: leaf.version,
+                    gen: leaf.gen,
                     tag,
                 },
             );
         }
         let r = {
             let mut cell = self.rt.lock_rec();
-            let epoch = cell.rec.next_epoch.max(cell.rec.epoch + 1);
-            self.commit_changes(&mut cell, epoch, &[], &leaves, 0)
+            next_epoch(&cell.rec)
+                .and_then(|epoch| self.commit_changes(&mut cell, epoch, &[], &leaves, 0))
         };
         match r {
             Ok(()) => {
@@ -577,7 +604,7 @@ impl Core {
                 .tree
                 .leaf(&self.rt.layout, m, self.meta_off(), p)
                 .map_err(integrity(p))?;
-            if leaf.version == 0 || leaf.tag != [0u8; 32] {
+            if leaf.version == 0 || leaf.tag != [0u8; TAG_LEN] {
                 continue;
             }
             m.read(self.rt.ext_off + p * PAGE as u64, &mut ct[..])?;
@@ -585,21 +612,23 @@ impl Core {
                 uid,
                 page: p as u32,
                 version: leaf.version,
+                gen: leaf.gen,
             };
             let tag = self.keys.tag_page(id, &ct)?;
             leaves.insert(
                 p,
                 Leaf {
                     version: leaf.version,
+                    gen: leaf.gen,
                     tag,
                 },
             );
         }
-        let epoch = cell.rec.next_epoch.max(cell.rec.epoch + 1);
         if leaves.is_empty() {
             cell.rec.pending_tags = 0;
-            return self.store.write_rec(&self.rt, cell);
+            return self.store.write_rec_keyed(&self.rt, cell, &self.keys);
         }
+        let epoch = next_epoch(&cell.rec)?;
         self.commit_changes(cell, epoch, &[], &leaves, 0)
     }
 

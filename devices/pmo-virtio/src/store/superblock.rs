@@ -6,8 +6,9 @@ use crate::medium::{Medium, MediumError};
 
 /// Magic at offset 0.
 pub const MAGIC: &[u8; 8] = b"PMOSTOR1";
-/// On-media format version.
-pub const FORMAT_VERSION: u32 = 1;
+/// On-media format version. 2: record MAC over every bound field, Argon2id parameters,
+/// commit numbers, and a generation in each tree leaf.
+pub const FORMAT_VERSION: u32 = 2;
 /// Bytes reserved for one superblock copy.
 pub const SB_SIZE: u64 = 4096;
 /// Bytes of one PMO table slot (two record copies).
@@ -53,16 +54,17 @@ impl Superblock {
         let table_off = 2 * SB_SIZE;
         let table_end = table_off + slots as u64 * SLOT_SIZE;
         let data_off = table_end.div_ceil(DATA_ALIGN) * DATA_ALIGN;
-        if slots == 0 || data_off >= medium_len {
-            return Err(SuperblockError::Geometry);
-        }
-        Ok(Self {
+        let sb = Self {
             uuid,
             medium_len,
             slots,
             table_off,
             data_off,
-        })
+        };
+        if !sb.fits(medium_len) {
+            return Err(SuperblockError::Geometry);
+        }
+        Ok(sb)
     }
 
     fn encode(&self) -> Vec<u8> {
@@ -118,7 +120,9 @@ impl Superblock {
         Ok(())
     }
 
-    /// Reads the first valid copy and checks it against the medium.
+    /// Reads the first valid copy and checks it against the medium. A copy whose checksum
+    /// holds but whose geometry does not (an edited or damaged copy) is passed over for the
+    /// other one, as a copy that fails its checksum is.
     pub fn read(m: &dyn Medium) -> Result<Self, SuperblockError> {
         let mut last = SuperblockError::Invalid;
         for copy in 0..2u64 {
@@ -128,27 +132,82 @@ impl Superblock {
             }
             m.read(copy * SB_SIZE, &mut b)?;
             match Self::decode(&b) {
-                Ok(sb) => {
-                    let table_end = (sb.slots as u64)
-                        .checked_mul(SLOT_SIZE)
-                        .and_then(|t| t.checked_add(sb.table_off));
-                    let ok = sb.table_off == 2 * SB_SIZE
-                        && sb.medium_len <= m.len()
-                        && matches!(table_end, Some(e) if e <= sb.data_off)
-                        && sb.data_off < sb.medium_len;
-                    if !ok {
-                        return Err(SuperblockError::Geometry);
-                    }
-                    return Ok(sb);
-                }
+                Ok(sb) if sb.fits(m.len()) => return Ok(sb),
+                Ok(_) => last = SuperblockError::Geometry,
                 Err(e) => last = e,
             }
         }
         Err(last)
     }
 
+    /// Whether the regions lie where `layout` puts them, inside a medium of `len` bytes: the
+    /// table right after the two copies, the data area aligned and after the table.
+    fn fits(&self, len: u64) -> bool {
+        let table_end = u64::from(self.slots)
+            .checked_mul(SLOT_SIZE)
+            .and_then(|t| t.checked_add(self.table_off));
+        self.slots > 0
+            && self.table_off == 2 * SB_SIZE
+            && self.medium_len <= len
+            && matches!(table_end, Some(e) if e <= self.data_off)
+            && self.data_off.is_multiple_of(DATA_ALIGN)
+            && self.data_off < self.medium_len
+    }
+
     /// Offset of record copy `copy` of table slot `slot`.
     pub fn record_off(&self, slot: u32, copy: u8) -> u64 {
         self.table_off + slot as u64 * SLOT_SIZE + copy as u64 * (SLOT_SIZE / 2)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::medium::CrashMedium;
+
+    fn write_copy(m: &CrashMedium, copy: u64, sb: &Superblock) {
+        m.write(copy * SB_SIZE, &sb.encode()).unwrap();
+    }
+
+    #[test]
+    fn a_copy_with_bad_geometry_falls_back_to_the_other() {
+        let m = CrashMedium::new(64 << 20);
+        let good = Superblock::layout([1; 16], 64 << 20, 16).unwrap();
+        good.write(&m).unwrap();
+        for bad in [
+            Superblock {
+                data_off: good.data_off + 4096, // unaligned data area
+                ..good.clone()
+            },
+            Superblock {
+                medium_len: 1 << 40, // larger than the medium
+                ..good.clone()
+            },
+            Superblock {
+                slots: u32::MAX, // table past the data area
+                ..good.clone()
+            },
+            Superblock {
+                table_off: 0, // table over the superblocks
+                ..good.clone()
+            },
+        ] {
+            write_copy(&m, 0, &bad);
+            assert_eq!(Superblock::read(&m).unwrap(), good, "{bad:?}");
+            write_copy(&m, 1, &bad);
+            assert!(matches!(
+                Superblock::read(&m),
+                Err(SuperblockError::Geometry)
+            ));
+            good.write(&m).unwrap();
+        }
+    }
+
+    #[test]
+    fn layout_refuses_what_does_not_fit() {
+        assert!(Superblock::layout([0; 16], 1 << 20, 16).is_err());
+        assert!(Superblock::layout([0; 16], 64 << 20, 0).is_err());
+        let sb = Superblock::layout([0; 16], 64 << 20, 16).unwrap();
+        assert!(sb.data_off.is_multiple_of(DATA_ALIGN));
     }
 }

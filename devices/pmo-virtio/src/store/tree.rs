@@ -1,6 +1,6 @@
 //! The per-PMO Merkle tree over page metadata.
 //!
-//! Leaves are the per-page metadata entries (version, tag), 40 bytes each, stored in the PMO's
+//! Leaves are the per-page metadata entries (version, generation, tag), 40 bytes each, stored in the PMO's
 //! metadata region; interior levels hold 32-byte BLAKE3 hashes of 64-entry groups of the level
 //! below; the top hash is the root, kept in the PMO record under a keyed MAC. So every page's
 //! version and tag are authenticated by the key: swapping pages, editing a tag or rolling a page
@@ -14,13 +14,14 @@
 //! one already verified in this session ([`TreeCache`]); a psync updates only the groups on the
 //! dirty pages' paths, so it costs O(dirty · log n), not O(PMO size).
 
+use crate::crypto::{KeyGen, Tag};
 use crate::medium::{Medium, MediumError};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 /// Children per interior node.
 pub const ARITY: u64 = 64;
-/// Bytes of a leaf: version (u64) + tag (32).
+/// Bytes of a leaf: version (u64) + generation (16) + tag (16).
 pub const LEAF: usize = 40;
 /// Bytes of an interior entry.
 pub const NODE: usize = 32;
@@ -125,8 +126,10 @@ pub fn group_hash(k: usize, g: u64, bytes: &[u8]) -> [u8; 32] {
 pub struct Leaf {
     /// Page version (psync epoch); 0 = never written.
     pub version: u64,
+    /// Generation of the session that sealed this version: selects its cipher key.
+    pub gen: KeyGen,
     /// Page tag.
-    pub tag: [u8; 32],
+    pub tag: Tag,
 }
 
 impl Leaf {
@@ -134,19 +137,23 @@ impl Leaf {
     pub fn encode(&self) -> [u8; LEAF] {
         let mut b = [0u8; LEAF];
         b[..8].copy_from_slice(&self.version.to_le_bytes());
-        b[8..].copy_from_slice(&self.tag);
+        b[8..24].copy_from_slice(&self.gen);
+        b[24..].copy_from_slice(&self.tag);
         b
     }
     /// Decodes a leaf (any 40 bytes are a leaf; authenticity comes from the tree).
     pub fn decode(b: &[u8]) -> Self {
         let mut v = [0u8; 8];
-        let mut tag = [0u8; 32];
+        let mut gen = [0u8; 16];
+        let mut tag = [0u8; 16];
         if b.len() >= LEAF {
             v.copy_from_slice(&b[..8]);
-            tag.copy_from_slice(&b[8..LEAF]);
+            gen.copy_from_slice(&b[8..24]);
+            tag.copy_from_slice(&b[24..LEAF]);
         }
         Self {
             version: u64::from_le_bytes(v),
+            gen,
             tag,
         }
     }
@@ -336,14 +343,16 @@ mod tests {
             7u64,
             Leaf {
                 version: 1,
-                tag: [9; 32],
+                gen: [1; 16],
+                tag: [9; 16],
             },
         );
         leaves.insert(
             4999u64,
             Leaf {
                 version: 1,
-                tag: [8; 32],
+                gen: [1; 16],
+                tag: [8; 16],
             },
         );
         let up = c.plan(&layout, &m, 0, &leaves).unwrap();
@@ -365,7 +374,8 @@ mod tests {
             7u64,
             Leaf {
                 version: 2,
-                tag: [1; 32],
+                gen: [2; 16],
+                tag: [1; 16],
             },
         );
         let up2 = fresh.plan(&layout, &m, 0, &l2).unwrap();

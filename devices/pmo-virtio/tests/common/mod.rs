@@ -12,7 +12,15 @@ pub fn key(s: &str) -> UserKey {
 
 pub fn fresh(len: u64) -> (Arc<CrashMedium>, Store) {
     let m = Arc::new(CrashMedium::new(len));
-    let s = Store::create(m.clone() as Arc<dyn Medium>, StoreOptions { slots: 16 }).unwrap();
+    let s = Store::create(
+        m.clone() as Arc<dyn Medium>,
+        StoreOptions {
+            slots: 16,
+            kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     (m, s)
 }
 
