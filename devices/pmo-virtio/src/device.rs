@@ -425,9 +425,11 @@ impl PmoService {
         }
         let guard = a.source.session.read().unwrap_or_else(|e| e.into_inner());
         let session = guard.as_ref().ok_or(Status::NoEnt)?;
+        // Of this attachment only: once it is detached, its offset may
+        // already be a later attachment's.
         let n = self
             .pager
-            .collect_dirty(a.offset, |pages| {
+            .collect_dirty_of(a.offset, &a.stats, |pages| {
                 session.psync(pages.iter().map(|(p, d)| (*p, &**d)))
             })
             .map_err(|_| Status::NoEnt)?
