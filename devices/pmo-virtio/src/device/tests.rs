@@ -846,3 +846,167 @@ fn hostile_guest_threads_race_requests_and_touches_without_crossing_pmos() {
         "only {sessions} attach sessions: the race barely ran"
     );
 }
+
+/// Creates PMO "t" of 8 pages in a fresh store under `dir`, page p holding
+/// `good-p` at offset 100 (psynced), then flips a byte of page 3's
+/// ciphertext in the store file, as an attacker with the file would.
+fn tampered_store(dir: &Path) {
+    let s = service(dir);
+    assert_eq!(create(&s, "t", 8 * 4096, b"k"), Status::Ok);
+    let (_, h, off, _) = attach(&s, "t", true, b"k");
+    for p in 0..8usize {
+        let msg = format!("good-{p}");
+        // SAFETY: inside the attached slice.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                msg.as_ptr(),
+                window(&s, off).add(p * 4096 + 100),
+                msg.len(),
+            )
+        };
+    }
+    assert_eq!(call(&s, OP_PSYNC, &h.to_le_bytes()).0, Status::Ok);
+    // Waits for the store to finish the session, so the file is free below.
+    s.detach_all();
+    let ext = s.store.list()[0].extent.0;
+    drop(s);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("store.img"))
+        .unwrap();
+    let at = ext + 3 * 4096 + 100;
+    let mut b = [0u8; 1];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, at).unwrap();
+    b[0] ^= 0x55;
+    std::os::unix::fs::FileExt::write_all_at(&f, &b, at).unwrap();
+}
+
+/// The events waiting for the guest: (type, handle, page).
+fn pending_events(s: &PmoService) -> Vec<(u32, u64, u64)> {
+    s.events.pending.lock().unwrap().iter().copied().collect()
+}
+
+/// Serves a vCPU's access to window page `wpage` (a real touch of a refused
+/// page would be SIGSEGV on a host thread; in a VM KVM returns EFAULT).
+fn touch(s: &PmoService, off: u64, page: u64, write: bool) {
+    let mut buf = Box::new([0u8; PAGE]);
+    s.pager().handle(
+        crate::pager::Fault {
+            address: s.pager().host_addr() + off + page * 4096,
+            write,
+            wp: false,
+            tid: 1,
+        },
+        &mut buf,
+    );
+}
+
+/// Whether page p of PMO "t" reads back `good-p` in a fresh read attachment,
+/// and that attachment's DETACH status.
+fn reads_good(s: &PmoService, p: usize) -> (bool, Status) {
+    let (st, h, off, _) = attach(s, "t", false, b"k");
+    assert_eq!(st, Status::Ok);
+    let want = format!("good-{p}");
+    let mut got = vec![0u8; want.len()];
+    // SAFETY: inside the attached slice; page p is not the tampered one.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            window(s, off).add(p * 4096 + 100),
+            got.as_mut_ptr(),
+            got.len(),
+        )
+    };
+    let st = call(s, OP_DETACH, &h.to_le_bytes()).0;
+    (got == want.as_bytes(), st)
+}
+
+/// A refused page fails its attachment: the guest hears PAGE_POISONED, the
+/// PSYNC persists nothing (also after the page was served as zeros) and
+/// answers EBADMSG, the DETACH detaches and answers EBADMSG, and the PMO
+/// stays as of its last good psync.
+#[test]
+fn a_refused_page_fails_psync_and_detach_with_ebadmsg() {
+    let d = tmp("refused");
+    tampered_store(&d.0);
+    let s = service(&d.0);
+    let (st, h, off, _) = attach(&s, "t", true, b"k");
+    assert_eq!(st, Status::Ok);
+    // A good page is written, then the tampered one is touched.
+    // SAFETY: inside the attached slice, a good page.
+    unsafe { *window(&s, off).add(4096 + 100) = b'X' };
+    assert_eq!(
+        call(&s, OP_PSYNC, &h.to_le_bytes()).0,
+        Status::Ok,
+        "before the refusal"
+    );
+    // SAFETY: as above.
+    unsafe { *window(&s, off).add(4096 + 100) = b'Y' };
+    touch(&s, off, 3, false);
+    assert_eq!(
+        pending_events(&s),
+        [(proto::EVENT_PAGE_POISONED, h, 3)],
+        "the guest is told"
+    );
+    assert_eq!(call(&s, OP_PSYNC, &h.to_le_bytes()).0, Status::BadMsg);
+    // The guest kernel did not unmap it in time: zeros, writable; still failed.
+    assert_eq!(s.pager().zero_refused(), 1);
+    // SAFETY: the refused page now holds (writable) zeros.
+    unsafe {
+        assert_eq!(*window(&s, off).add(3 * 4096 + 100), 0);
+        *window(&s, off).add(3 * 4096 + 100) = 7;
+    }
+    assert_eq!(call(&s, OP_PSYNC, &h.to_le_bytes()).0, Status::BadMsg);
+    let (st, r) = call(&s, OP_STAT, &h.to_le_bytes());
+    assert_eq!(st, Status::Ok);
+    assert_eq!(
+        u64::from_le_bytes(r[64..72].try_into().unwrap()),
+        1,
+        "integrity_failures"
+    );
+    assert_eq!(call(&s, OP_DETACH, &h.to_le_bytes()).0, Status::BadMsg);
+    assert_eq!(
+        call(&s, OP_DETACH, &h.to_le_bytes()).0,
+        Status::NoEnt,
+        "detached all the same"
+    );
+    // The PMO is as of its last good psync: 'X' on page 1, not the later 'Y'.
+    let (st, h2, off2, _) = attach(&s, "t", false, b"k");
+    assert_eq!(st, Status::Ok);
+    // SAFETY: inside the attached slice, a good page.
+    assert_eq!(unsafe { *window(&s, off2).add(4096 + 100) }, b'X');
+    assert_eq!(call(&s, OP_DETACH, &h2.to_le_bytes()).0, Status::Ok);
+    assert_eq!(reads_good(&s, 0), (true, Status::Ok));
+    assert_eq!(reads_good(&s, 7), (true, Status::Ok));
+    // A write access to the tampered page is refused the same way and leaves nothing dirty.
+    let (_, h, off, _) = attach(&s, "t", true, b"k");
+    touch(&s, off, 3, true);
+    assert_eq!(call(&s, OP_PSYNC, &h.to_le_bytes()).0, Status::BadMsg);
+    assert_eq!(call(&s, OP_DETACH, &h.to_le_bytes()).0, Status::BadMsg);
+}
+
+/// A page a prefetch finds bad is announced (PAGE_BAD) before anything
+/// touches it, and the attachment fails as with a refusal; no page is refused.
+#[test]
+fn a_page_found_bad_by_prefetch_is_announced_and_fails_the_attachment() {
+    let d = tmp("ahead");
+    tampered_store(&d.0);
+    let s = service_with(&d.0, Some("stream:4")).unwrap();
+    let (st, h, off, _) = attach(&s, "t", true, b"k");
+    assert_eq!(st, Status::Ok);
+    // SAFETY: inside the attached slice; page 0 is good. Pages 1..=4 get predicted.
+    assert_eq!(unsafe { *window(&s, off).add(100) }, b'g');
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while pending_events(&s).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no event for page 3");
+        std::thread::yield_now();
+    }
+    assert_eq!(pending_events(&s), [(proto::EVENT_PAGE_BAD, h, 3)]);
+    assert_eq!(s.pager().refused_pages(), 0, "nothing was refused");
+    assert_eq!(call(&s, OP_PSYNC, &h.to_le_bytes()).0, Status::BadMsg);
+    assert_eq!(call(&s, OP_DETACH, &h.to_le_bytes()).0, Status::BadMsg);
+    // A later reader reads good pages; its DETACH says BadMsg if its own
+    // prefetch reached page 3 before it left.
+    let (good, st) = reads_good(&s, 1);
+    assert!(good && matches!(st, Status::Ok | Status::BadMsg), "{st:?}");
+}

@@ -68,12 +68,25 @@ pub enum FillError {
     Other { page: u64, why: String },
 }
 
+/// How the pager learnt that a page cannot be served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detected {
+    /// An access to the page was refused: whoever touched it is kept out.
+    OnAccess,
+    /// A prefetch found the page bad before anything touched it.
+    Ahead,
+}
+
 /// Where an attachment's verified plaintext comes from (a store session).
 pub trait PageSource: Send + Sync {
     /// Writes the verified plaintext of `page` into `out`; on error `out` holds no plaintext.
     fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError>;
     /// Writable attachments track dirty pages.
     fn writable(&self) -> bool;
+    /// Told once per refusal of `page` (`OnAccess`, any error) and per page a
+    /// prefetch found failing verification (`Ahead`), so the owner can fail
+    /// the attachment and tell the guest. Called while the slice is live.
+    fn page_failed(&self, _page: u64, _error: &FillError, _how: Detected) {}
 }
 
 /// One predicted page for the prefetch worker: install it, or stage it as a trigger.
@@ -212,6 +225,8 @@ struct Slice {
     issued: Vec<AtomicU64>,
     /// Pages a demand fault decrypted.
     demand: Vec<AtomicU64>,
+    /// Pages a prefetch found failing verification: announced once, never prefetched again.
+    bad: Vec<AtomicU64>,
     predict: Mutex<Option<PredictState>>,
     staged: Mutex<VecDeque<Staged>>,
     /// Faults served so far: the clock of the staging horizon.
@@ -435,12 +450,17 @@ impl Pager {
         self.refused.load(Ordering::Acquire)
     }
 
-    /// Serves every refused page as a read-only page of zeros from now on.
+    /// Serves every refused page as a page of zeros from now on.
     ///
-    /// For accesses the guest driver cannot turn into SIGBUS (its kernel
-    /// reading the page, e.g. `write(2)` straight from a PMO mapping): after
-    /// the VMM has waited for the driver, the access completes with zeros,
-    /// never with the page's plaintext, and the VM goes on. Returns how many
+    /// For accesses the guest driver cannot turn into SIGBUS in time (its
+    /// kernel reading the page, e.g. `write(2)` straight from a PMO mapping,
+    /// on a vCPU that never yields to the driver's work): after the VMM has
+    /// waited for the driver, the access completes with zeros, never with
+    /// the page's plaintext, and the VM goes on. It is never silent: the
+    /// refusal was reported first ([`PageSource::page_failed`]), which fails
+    /// the attachment (its psync persists nothing) and makes the guest driver
+    /// signal the process. The zeros are writable so a kernel write into the
+    /// page completes too; psync never takes refused pages. Returns how many
     /// pages were switched.
     pub fn zero_refused(&self) -> usize {
         let slices: Vec<Arc<Slice>> = self
@@ -456,36 +476,29 @@ impl Pager {
             let Some(_gate) = slice.enter() else {
                 continue;
             };
-            let pages = slice
-                .poisoned
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
+            // Held throughout: a refusal of the same page (push, then
+            // PROT_NONE) cannot interleave with serving it.
+            let poisoned = slice.poisoned.lock().unwrap_or_else(|e| e.into_inner());
             let mut zeroed = slice.zeroed.lock().unwrap_or_else(|e| e.into_inner());
-            for page in pages {
+            for &page in poisoned.iter() {
                 if zeroed.contains(&page) {
                     continue;
                 }
                 let addr = self.page_addr(&slice, page);
-                // SAFETY: one page of our window, made accessible again only to
-                // hold zeros, then read-only so a write cannot hide new data there.
+                // Zeros go in while the page is still inaccessible, so no
+                // fault can refuse it again between the two steps.
+                self.install(addr, &zeros, false);
+                // SAFETY: one page of our window inside this live slice (we
+                // hold its gate); it now holds zeros.
                 let r = unsafe {
                     libc::mprotect(addr as *mut _, PAGE, libc::PROT_READ | libc::PROT_WRITE)
                 };
                 if r != 0 {
                     log::error!(
-                        "pmo: unprotect refused page {page}: {}",
+                        "pmo: open refused page {page} as zeros: {}",
                         io::Error::last_os_error()
                     );
                     continue;
-                }
-                self.install(addr, &zeros, false);
-                // SAFETY: as above.
-                if unsafe { libc::mprotect(addr as *mut _, PAGE, libc::PROT_READ) } != 0 {
-                    log::error!(
-                        "pmo: make zeroed page {page} read-only: {}",
-                        io::Error::last_os_error()
-                    );
                 }
                 zeroed.push(page);
                 n += 1;
@@ -557,6 +570,7 @@ impl Pager {
             predicted: bitmap(npages),
             issued: bitmap(npages),
             demand: bitmap(npages),
+            bad: bitmap(npages),
             predict: Mutex::new(None),
             staged: Mutex::new(VecDeque::new()),
             seq: AtomicU64::new(0),
@@ -665,6 +679,14 @@ impl Pager {
                 let b = bits.trailing_zeros() as u64;
                 bits &= bits - 1;
                 pages.push(w as u64 * 64 + b);
+            }
+        }
+        // A refused page never holds the attachment's data (it is
+        // inaccessible, or zeros): never hand it over, never touch it.
+        {
+            let poisoned = slice.poisoned.lock().unwrap_or_else(|e| e.into_inner());
+            if !poisoned.is_empty() {
+                pages.retain(|p| !poisoned.contains(p));
             }
         }
         let mut out = Vec::with_capacity(pages.len());
@@ -834,11 +856,9 @@ impl Pager {
             return;
         }
         let writable = slice.source.writable();
-        // A write fault dirties the page right away; otherwise protect it
-        // so the first write is seen.
-        if writable && f.write {
-            slice.mark_dirty(page);
-        }
+        // A write fault dirties the page as it is installed (once it holds
+        // verified data); otherwise protect it so the first write is seen.
+        let dirty_now = writable && f.write;
         let wp = writable && !f.write;
         let now = slice.seq.fetch_add(1, Ordering::AcqRel) + 1;
         if let Some(staged) = slice.take_staged(page) {
@@ -849,6 +869,9 @@ impl Pager {
             // find the next batch already on its way.
             self.predict_after(&slice, page, f.tid, f.write);
             slice.stats.record_fault(start.elapsed().as_nanos() as u64);
+            if dirty_now {
+                slice.mark_dirty(page);
+            }
             match slice.enter() {
                 Some(_gate) => {
                     self.install(f.address, &staged.data, wp);
@@ -880,6 +903,9 @@ impl Pager {
                 // covers lookup, decryption, verification and prediction.
                 slice.stats.pages_decrypted.fetch_add(1, Ordering::Relaxed);
                 slice.stats.record_fault(start.elapsed().as_nanos() as u64);
+                if dirty_now {
+                    slice.mark_dirty(page);
+                }
                 let installed = match slice.enter() {
                     Some(_gate) => self.install(f.address, buf, wp),
                     None => {
@@ -912,8 +938,10 @@ impl Pager {
                     if !poisoned.contains(&page) {
                         poisoned.push(page);
                         self.refused.fetch_add(1, Ordering::AcqRel);
+                        // Before the vCPU can go on: the attachment fails and
+                        // the guest hears of it.
+                        slice.source.page_failed(page, &e, Detected::OnAccess);
                     }
-                    drop(poisoned);
                     // SAFETY: one page of our window, inside this live slice;
                     // making it inaccessible makes the faulting access fail
                     // (KVM returns EFAULT) instead of retrying.
@@ -923,6 +951,7 @@ impl Pager {
                             io::Error::last_os_error()
                         );
                     }
+                    drop(poisoned);
                 }
                 self.wake(f.address);
             }
@@ -947,7 +976,10 @@ impl Pager {
             };
             st.predictor.on_fault(&ev, &mut pages);
             pages.retain(|&p| {
-                p < slice.npages && !test_bit(&slice.installed, p) && !set_bit(&slice.predicted, p)
+                p < slice.npages
+                    && !test_bit(&slice.installed, p)
+                    && !test_bit(&slice.bad, p)
+                    && !set_bit(&slice.predicted, p)
             });
             if pages.len() == 1 {
                 st.singles += 1;
@@ -991,7 +1023,20 @@ impl Pager {
         if slice.closing.load(Ordering::Acquire) || test_bit(&slice.installed, page) {
             return;
         }
-        if slice.source.fill(page, buf).is_err() {
+        if let Err(e) = slice.source.fill(page, buf) {
+            // Not refused (nothing touched it, and a wrong guess must not
+            // kill a process), but a page that fails verification is news:
+            // the guest driver can unmap it before anything, its own kernel
+            // included, reads it.
+            if matches!(e, FillError::Integrity(_)) && !set_bit(&slice.bad, page) {
+                if let Some(_gate) = slice.enter() {
+                    slice
+                        .stats
+                        .integrity_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    slice.source.page_failed(page, &e, Detected::Ahead);
+                }
+            }
             return;
         }
         if stage {

@@ -785,3 +785,106 @@ fn psync_of_a_detached_attachment_never_takes_the_next_ones_pages() {
         .unwrap();
     assert_eq!(got, 1, "B's own psync still finds its page");
 }
+
+/// A [`Pattern`] that records what the pager reports about failed pages.
+struct Reporting {
+    inner: Pattern,
+    failed: Mutex<Vec<(u64, Detected)>>,
+}
+
+impl PageSource for Reporting {
+    fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError> {
+        self.inner.fill(page, out)
+    }
+    fn writable(&self) -> bool {
+        self.inner.writable
+    }
+    fn page_failed(&self, page: u64, _error: &FillError, how: Detected) {
+        self.failed.lock().unwrap().push((page, how));
+    }
+}
+
+fn reporting(bad_page: u64) -> Arc<Reporting> {
+    Arc::new(Reporting {
+        inner: Pattern {
+            writable: true,
+            bad_page: Some(bad_page),
+        },
+        failed: Mutex::new(Vec::new()),
+    })
+}
+
+/// Every failed page is reported to the attachment's owner (refused to an
+/// access, or found bad ahead by a prefetch), and a refused page never
+/// reaches psync: not when the refused access was a write, not after it is
+/// served as zeros (which a kernel write into it may then fill).
+#[test]
+fn failed_pages_are_reported_and_never_psynced() {
+    let pager = Pager::new(64 * PAGE_U64, 1).unwrap();
+    let src = reporting(3);
+    let (off, stats) = pager.attach(src.clone(), 8).unwrap();
+    let base = pager.host_addr() + off;
+    let mut buf = Box::new([0u8; PAGE]);
+    // A write fault on the bad page (a vCPU's store): refused, reported once.
+    for tid in [1, 2] {
+        pager.handle(
+            Fault {
+                address: base + 3 * PAGE_U64,
+                write: true,
+                wp: false,
+                tid,
+            },
+            &mut buf,
+        );
+    }
+    assert_eq!(*src.failed.lock().unwrap(), [(3, Detected::OnAccess)]);
+    assert_eq!(
+        stats.integrity_failures.load(Ordering::Relaxed),
+        2,
+        "each failed fill counts"
+    );
+    // SAFETY: a write into an attached, writable, good page.
+    unsafe { std::ptr::write_volatile((base + PAGE_U64 + 8) as *mut u64, 9) };
+    let dirty = |pager: &Pager| {
+        let mut got = Vec::new();
+        pager
+            .collect_dirty(off, |pages| {
+                got = pages.iter().map(|(p, _)| *p).collect();
+                Ok::<_, ()>(())
+            })
+            .unwrap()
+            .unwrap();
+        got
+    };
+    assert_eq!(dirty(&pager), [1], "the refused write left page 3 clean");
+    // Served as zeros, the page takes a write (a guest kernel's copy into it
+    // completes) but still never reaches psync.
+    assert_eq!(pager.zero_refused(), 1);
+    let kc = KernelCopy::new();
+    kc.write(base + 3 * PAGE_U64 + 8, &[1, 2, 3]).unwrap();
+    let mut got = [0u8; 3];
+    kc.read(base + 3 * PAGE_U64 + 8, &mut got).unwrap();
+    assert_eq!(got, [1, 2, 3]);
+    pager.slice_at(off).unwrap().mark_dirty(3);
+    assert_eq!(dirty(&pager), Vec::<u64>::new());
+    assert_eq!(src.failed.lock().unwrap().len(), 1, "no further reports");
+    pager.detach(off).unwrap();
+    assert_eq!(pager.refused_pages(), 0);
+
+    // A prefetch finding a bad page reports it ahead, once, and refuses nothing.
+    let src = reporting(2);
+    let (off, stats) = pager.attach(src.clone(), 32).unwrap();
+    let predictor = pmo_policies::predictor_from_name("stream:4").unwrap();
+    pager.set_predictor(off, Some(predictor)).unwrap();
+    assert_eq!(read_u64(pager.host_addr() + off), 0);
+    wait_for("page 2 reported", || !src.failed.lock().unwrap().is_empty());
+    assert_eq!(*src.failed.lock().unwrap(), [(2, Detected::Ahead)]);
+    assert_eq!(stats.integrity_failures.load(Ordering::Relaxed), 1);
+    assert_eq!(pager.refused_pages(), 0);
+    // Page 1 was predicted with it; predicting page 2 again (a fault on 1
+    // would) does not refill or re-report it.
+    assert_eq!(read_u64(pager.host_addr() + off + PAGE_U64), 1);
+    assert_eq!(read_u64(pager.host_addr() + off + 4 * PAGE_U64), 4);
+    assert_eq!(src.failed.lock().unwrap().len(), 1);
+    pager.detach(off).unwrap();
+}
