@@ -22,16 +22,16 @@
  *   pmo_probe poisoned NAME PAGE    PAGE was tampered with on the host: a child that
  *                                   reads it dies of SIGBUS, every other page reads
  *                                   back what fill wrote
- *   pmo_probe kernel_write NAME PAGE MARKER [ahead]
+ *   pmo_probe kernel_write NAME PAGE MARKER [ahead] [pipe]
  *                                   the same page read by the kernel on the process's
- *                                   behalf (write(2) from the mapping into a file):
- *                                   EFAULT, or SIGBUS before write(2) returns; never
- *                                   MARKER (the page's plaintext) in the file, zeros
- *                                   only with the SIGBUS; psync and detach EBADMSG.
- *                                   "ahead": first read the pages before PAGE and
- *                                   wait until the driver reports PAGE poisoned (a
- *                                   predictor found it bad first): then EFAULT and
- *                                   no SIGBUS
+ *                                   behalf (write(2) from the mapping into a file, or
+ *                                   a pipe): EFAULT, or SIGBUS before write(2)
+ *                                   returns; never MARKER (the page's plaintext) in
+ *                                   the file, zeros only with the SIGBUS; psync and
+ *                                   detach EBADMSG. "ahead": first read the pages
+ *                                   before PAGE and wait until the driver reports PAGE
+ *                                   poisoned (a predictor found it bad first): then
+ *                                   EFAULT and no SIGBUS
  *   pmo_probe rebind NAME           unbind the driver from the device while a PMO is
  *                                   attached and mapped (the removal/reset path):
  *                                   psync gives ENODEV, an access SIGBUS; after a
@@ -611,7 +611,8 @@ static int holds(const unsigned char *hay, size_t n, const char *needle)
 	return memmem(hay, n, needle, strlen(needle)) != NULL;
 }
 
-static int kernel_write(const char *name, const char *page_s, const char *marker, int ahead)
+static int kernel_write(const char *name, const char *page_s, const char *marker, int ahead,
+			int to_pipe)
 {
 	static unsigned char out[4096];
 	size_t bad = strtoul(page_s, NULL, 0), i;
@@ -619,6 +620,7 @@ static int kernel_write(const char *name, const char *page_s, const char *marker
 	struct sigaction sa;
 	struct pmo_stat st;
 	int fd, e, bus_before, bus_after, zeros = 1, rc_psync, e_psync, rc_detach, e_detach;
+	int fds[2] = { -1, -1 };
 	ssize_t w, r;
 
 	memset(&st, 0, sizeof(st));
@@ -641,10 +643,16 @@ static int kernel_write(const char *name, const char *page_s, const char *marker
 			FAIL("the driver never heard of page %zu (integrity_failures %llu)", bad,
 			     (unsigned long long)st.integrity_failures);
 	}
-	fd = open("/tmp/kernel_write.out", O_CREAT | O_TRUNC | O_RDWR, 0600);
-	if (fd < 0)
-		FAIL("open: %s", strerror(errno));
-	printf("writing page %zu to a file...\n", bad);
+	if (to_pipe) {
+		if (pipe(fds) < 0)
+			FAIL("pipe: %s", strerror(errno));
+		fd = fds[1];
+	} else {
+		fd = open("/tmp/kernel_write.out", O_CREAT | O_TRUNC | O_RDWR, 0600);
+		if (fd < 0)
+			FAIL("open: %s", strerror(errno));
+	}
+	printf("writing page %zu to a %s...\n", bad, to_pipe ? "pipe" : "file");
 	fflush(stdout);
 	bus_before = bus_count;
 	w = write(fd, (void *)(q + bad * 4096), sizeof(out));
@@ -657,7 +665,12 @@ static int kernel_write(const char *name, const char *page_s, const char *marker
 	errno = 0;
 	rc_detach = detach((void *)q);
 	e_detach = errno;
-	r = pread(fd, out, sizeof(out), 0);
+	if (to_pipe) {
+		r = w > 0 ? read(fds[0], out, (size_t)w) : 0;
+		close(fds[0]);
+	} else {
+		r = pread(fd, out, sizeof(out), 0);
+	}
 	close(fd);
 	if (r < 0)
 		FAIL("read back: %s", strerror(errno));
@@ -681,11 +694,11 @@ static int kernel_write(const char *name, const char *page_s, const char *marker
 		FAIL("page %zu was announced ahead, yet write(2) gave %zd and %d SIGBUS", bad, w,
 		     (int)bus_count);
 	if (w < 0)
-		printf("ok write(2) from page %zu: EFAULT, %s; psync and detach: EBADMSG\n", bad,
-		       bus_count ? "SIGBUS" : "no SIGBUS");
+		printf("ok write(2) from page %zu to a %s: EFAULT, %s; psync and detach: EBADMSG\n",
+		       bad, to_pipe ? "pipe" : "file", bus_count ? "SIGBUS" : "no SIGBUS");
 	else
-		printf("ok write(2) from page %zu: %zd bytes of zeros, SIGBUS before it returned; "
-		       "psync and detach: EBADMSG\n", bad, w);
+		printf("ok write(2) from page %zu to a %s: %zd bytes of zeros, SIGBUS before it "
+		       "returned; psync and detach: EBADMSG\n", bad, to_pipe ? "pipe" : "file", w);
 	return 0;
 }
 
@@ -799,7 +812,7 @@ int main(int argc, char **argv)
 	key = getenv("PMO_KEY");
 	if (argc < 3 || !key || !*key) {
 		fprintf(stderr, "usage: PMO_KEY=K pmo_probe wrongkey|rowrite|readers|excl|"
-				"destroybusy|wb|detachmapped|crash|abi|rebind|stats|fill|poisoned|kernel_write NAME [BADKEY|PAGE [MARKER [ahead]]]\n");
+				"destroybusy|wb|detachmapped|crash|abi|rebind|stats|fill|poisoned|kernel_write NAME [BADKEY|PAGE [MARKER [ahead] [pipe]]]\n");
 		return 2;
 	}
 	if (!strcmp(argv[1], "wrongkey") && argc == 4)
@@ -809,9 +822,19 @@ int main(int argc, char **argv)
 			return checks[i].run(argv[2]);
 	if (!strcmp(argv[1], "poisoned") && argc == 4)
 		return poisoned(argv[2], argv[3]);
-	if (!strcmp(argv[1], "kernel_write") && (argc == 5 || argc == 6))
-		return kernel_write(argv[2], argv[3], argv[4],
-				    argc == 6 && !strcmp(argv[5], "ahead"));
+	if (!strcmp(argv[1], "kernel_write") && argc >= 5 && argc <= 7) {
+		int ahead = 0, to_pipe = 0, j;
+
+		for (j = 5; j < argc; j++) {
+			if (!strcmp(argv[j], "ahead"))
+				ahead = 1;
+			else if (!strcmp(argv[j], "pipe"))
+				to_pipe = 1;
+			else
+				return 2;
+		}
+		return kernel_write(argv[2], argv[3], argv[4], ahead, to_pipe);
+	}
 	fprintf(stderr, "pmo_probe: unknown check %s\n", argv[1]);
 	return 2;
 }
