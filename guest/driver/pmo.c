@@ -10,10 +10,13 @@
  * Locking, outermost first:
  *   pmo_file.lock       ioctls on one file; state, handle, slice, perm
  *   pmo_dev.att_lock    the list of live attachments (event and reset paths)
+ *   pmo_dev.sig_lock    also held to change that list, so the event
+ *                       interrupt can walk it to signal attaching processes
  *   pmo_file.map_sem    whether the slice may be mapped, the poisoned pages
  *   pmo_dev.req_lock    one control request in flight, the request buffers
  *                       (taken under pmo_file.lock only)
- *   pmo_dev.vq_lock     the virtqueues and the in-flight bookkeeping
+ *   pmo_dev.vq_lock     the virtqueues, the in-flight bookkeeping, the
+ *                       events taken off the event queue
  * ->mmap and the page-fault handler run under mmap_lock and take map_sem
  * only; nothing holds pmo_file.lock while touching user memory.  The zap of
  * a slice (unmap_mapping_range) is done after dropping map_sem.
@@ -29,8 +32,10 @@
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/pid.h>
 #include <linux/rwsem.h>
 #include <linux/scatterlist.h>
+#include <linux/sched/signal.h>
 #include <linux/slab.h>
 #include <linux/spinlock.h>
 #include <linux/string.h>
@@ -59,7 +64,10 @@ enum {
 	PMO_OP_LIST = 8,
 };
 
+/* An access to the page was refused: unmap it, SIGBUS the attaching process. */
 #define PMO_EVENT_PAGE_POISONED	1
+/* A prefetch found the page bad before any access: unmap it. */
+#define PMO_EVENT_PAGE_BAD	2
 /* Status 38 (Linux's number for "no such system call"): unknown op. */
 #define PMO_STATUS_UNKNOWN_OP	38
 
@@ -167,11 +175,17 @@ struct pmo_dev {
 	void *resp;
 
 	struct pmo_wire_event *evbufs;
+	/* Used event buffers waiting for event_work (under vq_lock). */
+	struct pmo_wire_event *evdone[PMO_EVQ_BUFS];
+	unsigned int evdone_len[PMO_EVQ_BUFS];
+	unsigned int evdone_head, evdone_count;
 	struct work_struct event_work;
 	struct work_struct reset_work;
 
 	/* Protects attachments and att_dead. */
 	struct mutex att_lock;
+	/* Also held (irqsave, inside att_lock) to change attachments. */
+	spinlock_t sig_lock;
 	struct list_head attachments;
 	bool att_dead;
 
@@ -197,6 +211,8 @@ struct pmo_file {
 	u64 win_off;
 	u64 size;
 	u32 perm;
+	/* The process that attached: told (SIGBUS) when the host refuses a page. */
+	struct pid *owner;
 
 	/* In pd->attachments while attached and the device lives. */
 	struct list_head node;
@@ -486,7 +502,10 @@ static long pmo_ioc_attach(struct pmo_file *pf, struct file *file,
 		down_write(&pf->map_sem);
 		pf->live = true;
 		up_write(&pf->map_sem);
+		pf->owner = get_task_pid(current, PIDTYPE_TGID);
+		spin_lock_irq(&pd->sig_lock);
 		list_add(&pf->node, &pd->attachments);
+		spin_unlock_irq(&pd->sig_lock);
 	}
 	mutex_unlock(&pd->att_lock);
 	if (err)
@@ -517,7 +536,9 @@ static int pmo_file_detach(struct pmo_file *pf)
 
 	mutex_lock(&pd->att_lock);
 	torn_down = list_empty(&pf->node);
+	spin_lock_irq(&pd->sig_lock);
 	list_del_init(&pf->node);
+	spin_unlock_irq(&pd->sig_lock);
 	mutex_unlock(&pd->att_lock);
 
 	pf->state = PMO_F_DETACHED;
@@ -813,6 +834,8 @@ static int pmo_release(struct inode *inode, struct file *file)
 					    pf->handle, err);
 	}
 	mutex_unlock(&pf->lock);
+	/* Off the attachment list by now: the interrupt no longer sees it. */
+	put_pid(pf->owner);
 	xa_destroy(&pf->poisoned);
 	kref_put(&pf->pd->ref, pmo_dev_free);
 	kfree(pf);
@@ -829,7 +852,7 @@ static const struct file_operations pmo_fops = {
 	.llseek = no_llseek,
 };
 
-/* PAGE_POISONED: no process may map that page again (SIGBUS instead). */
+/* PAGE_POISONED, PAGE_BAD: no process may map that page again (SIGBUS instead). */
 static void pmo_poison(struct pmo_dev *pd, u64 handle, u64 page)
 {
 	struct pmo_file *pf;
@@ -866,16 +889,22 @@ static void pmo_evq_add(struct pmo_dev *pd, struct pmo_wire_event *ev,
 		pr_warn_ratelimited("cannot re-post an event buffer\n");
 }
 
+/* Unmaps the pages the events name (process context: it sleeps). */
 static void pmo_event_work(struct work_struct *work)
 {
 	struct pmo_dev *pd = container_of(work, struct pmo_dev, event_work);
 	struct pmo_wire_event *buf, ev;
 	unsigned int len;
+	u32 type;
 
 	for (;;) {
 		spin_lock_irq(&pd->vq_lock);
-		buf = pd->broken ? NULL : virtqueue_get_buf(pd->evq, &len);
-		if (buf) {
+		buf = NULL;
+		if (!pd->broken && pd->evdone_count) {
+			buf = pd->evdone[pd->evdone_head];
+			len = pd->evdone_len[pd->evdone_head];
+			pd->evdone_head = (pd->evdone_head + 1) % PMO_EVQ_BUFS;
+			pd->evdone_count--;
 			ev = *buf;
 			pmo_evq_add(pd, buf, GFP_ATOMIC);
 			virtqueue_kick(pd->evq);
@@ -883,26 +912,70 @@ static void pmo_event_work(struct work_struct *work)
 		spin_unlock_irq(&pd->vq_lock);
 		if (!buf)
 			break;
-		if (len != sizeof(ev)) {
-			pr_warn_ratelimited("event of %u bytes ignored\n", len);
+		if (len != sizeof(ev))
+			continue;	/* reported by the interrupt */
+		type = le32_to_cpu(ev.type);
+		if (type != PMO_EVENT_PAGE_POISONED && type != PMO_EVENT_PAGE_BAD)
 			continue;
-		}
-		switch (le32_to_cpu(ev.type)) {
-		case PMO_EVENT_PAGE_POISONED:
-			pr_warn_ratelimited("handle %llu page %llu failed its integrity check on the host\n",
-					    le64_to_cpu(ev.handle), le64_to_cpu(ev.page));
-			pmo_poison(pd, le64_to_cpu(ev.handle), le64_to_cpu(ev.page));
-			break;
-		default:
-			pr_warn_ratelimited("unknown event type %u ignored\n",
-					    le32_to_cpu(ev.type));
+		pr_warn_ratelimited("handle %llu page %llu failed its integrity check on the host%s\n",
+				    le64_to_cpu(ev.handle), le64_to_cpu(ev.page),
+				    type == PMO_EVENT_PAGE_BAD ?
+				    " (found before any access)" : "");
+		pmo_poison(pd, le64_to_cpu(ev.handle), le64_to_cpu(ev.page));
+	}
+}
+
+/* With pd->sig_lock held: SIGBUS to the process that attached @handle. */
+static void pmo_signal_owner(struct pmo_dev *pd, u64 handle)
+{
+	struct pmo_file *pf;
+
+	list_for_each_entry(pf, &pd->attachments, node) {
+		if (pf->handle == handle) {
+			if (pf->owner)
+				kill_pid(pf->owner, SIGBUS, 1);
+			return;
 		}
 	}
 }
 
+/*
+ * Event interrupt.  The unmap sleeps, so it is left to event_work; but the
+ * signal goes out from here.  With one vCPU stuck in a kernel copy from a
+ * refused page (write(2) straight from a PMO mapping), no work item can run
+ * until the copy ends, which only the host can end (by serving zeros): the
+ * process must already have its SIGBUS pending by then, so it never sees
+ * the copy's result without being told.
+ */
 static void pmo_ev_done(struct virtqueue *vq)
 {
 	struct pmo_dev *pd = vq->vdev->priv;
+	struct pmo_wire_event *buf;
+	u64 refused[PMO_EVQ_BUFS];
+	unsigned long flags;
+	unsigned int len, slot, n = 0, i;
+
+	spin_lock_irqsave(&pd->vq_lock, flags);
+	while (!pd->broken && pd->evdone_count < PMO_EVQ_BUFS &&
+	       (buf = virtqueue_get_buf(pd->evq, &len))) {
+		slot = (pd->evdone_head + pd->evdone_count) % PMO_EVQ_BUFS;
+		pd->evdone[slot] = buf;
+		pd->evdone_len[slot] = len;
+		pd->evdone_count++;
+		if (len != sizeof(*buf))
+			pr_warn_ratelimited("event of %u bytes ignored\n", len);
+		else if (le32_to_cpu(buf->type) == PMO_EVENT_PAGE_POISONED)
+			refused[n++] = le64_to_cpu(buf->handle);
+		else if (le32_to_cpu(buf->type) != PMO_EVENT_PAGE_BAD)
+			pr_warn_ratelimited("unknown event type %u ignored\n",
+					    le32_to_cpu(buf->type));
+	}
+	spin_unlock_irqrestore(&pd->vq_lock, flags);
+
+	spin_lock_irqsave(&pd->sig_lock, flags);
+	for (i = 0; i < n; i++)
+		pmo_signal_owner(pd, refused[i]);
+	spin_unlock_irqrestore(&pd->sig_lock, flags);
 
 	/* Unbound: the CPU that took the interrupt may be the one stuck on a poisoned page. */
 	queue_work(system_unbound_wq, &pd->event_work);
@@ -941,7 +1014,9 @@ static void pmo_kill(struct pmo_dev *pd)
 	mutex_lock(&pd->att_lock);
 	pd->att_dead = true;
 	list_for_each_entry_safe(pf, tmp, &pd->attachments, node) {
+		spin_lock_irq(&pd->sig_lock);
 		list_del_init(&pf->node);
+		spin_unlock_irq(&pd->sig_lock);
 		down_write(&pf->map_sem);
 		pf->live = false;
 		up_write(&pf->map_sem);
@@ -1028,6 +1103,7 @@ static int pmo_probe(struct virtio_device *vdev)
 	init_completion(&pd->done);
 	mutex_init(&pd->req_lock);
 	mutex_init(&pd->att_lock);
+	spin_lock_init(&pd->sig_lock);
 	INIT_LIST_HEAD(&pd->attachments);
 	INIT_WORK(&pd->event_work, pmo_event_work);
 	INIT_WORK(&pd->reset_work, pmo_reset_work);

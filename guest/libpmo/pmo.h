@@ -21,7 +21,10 @@
  *                 memory; p_malloc(): no free block large enough
  *   ENOSPC        the PMO store is full
  *   EIO           the store's medium failed, or the device answered nonsense
- *   EBADMSG       integrity check failed (the PMO's metadata does not verify);
+ *   EBADMSG       integrity check failed: attach(): the PMO's metadata does not
+ *                 verify; psync(), detach(): a page of this attachment failed its
+ *                 check on the host (psync() persisted nothing: the PMO stays as
+ *                 of its last good psync; detach() did detach and unmap);
  *                 allocator calls: the heap header or a block is corrupted
  *   EPERM         write access refused by the device
  *   EROFS         allocator call that writes, on a read-only attachment
@@ -41,11 +44,14 @@
  *
  * Faults: a write to a read-only attachment kills the process with SIGSEGV.
  * A page that fails its integrity check on the host raises SIGBUS in the
- * process that touches it (pmo.ko unmaps it on the host's PAGE_POISONED
- * event).  Copy PMO data in user space before handing it to a system call:
- * a kernel-mode read of such a page is not handled well by the host yet
- * (guest/driver/README.md, "Open issues").  After detach() any access to the old range is
- * SIGSEGV (unmapped); a mapping the device reset took away gives SIGBUS.
+ * process that attached the PMO when anything touches the page (pmo.ko
+ * signals and unmaps it on the host's PAGE_POISONED event); a system call
+ * reading such a page from the mapping (write(2) straight from it) fails
+ * with EFAULT or the SIGBUS arrives before it returns (with one vCPU the
+ * kernel may have copied zeros, never data).  Either way the attachment's
+ * psync() and detach() then fail with EBADMSG.  After detach() any access to
+ * the old range is SIGSEGV (unmapped); a mapping the device reset took away
+ * gives SIGBUS.
  *
  * Threads: all calls are thread-safe.  The only process-global state is the
  * table of attachments (address range -> /dev/pmo file descriptor), guarded

@@ -22,10 +22,16 @@
  *   pmo_probe poisoned NAME PAGE    PAGE was tampered with on the host: a child that
  *                                   reads it dies of SIGBUS, every other page reads
  *                                   back what fill wrote
- *   pmo_probe poisoned_kernel NAME PAGE
- *                                   the same page read by the kernel on a process's
- *                                   behalf (write(2) from it into a pipe): EFAULT,
- *                                   or zeros once the host stops waiting; never data
+ *   pmo_probe kernel_write NAME PAGE MARKER [ahead] [pipe]
+ *                                   the same page read by the kernel on the process's
+ *                                   behalf (write(2) from the mapping into a file, or
+ *                                   a pipe): EFAULT, or SIGBUS before write(2)
+ *                                   returns; never MARKER (the page's plaintext) in
+ *                                   the file, zeros only with the SIGBUS; psync and
+ *                                   detach EBADMSG. "ahead": first read the pages
+ *                                   before PAGE and wait until the driver reports PAGE
+ *                                   poisoned (a predictor found it bad first): then
+ *                                   EFAULT and no SIGBUS
  *   pmo_probe rebind NAME           unbind the driver from the device while a PMO is
  *                                   attached and mapped (the removal/reset path):
  *                                   psync gives ENODEV, an access SIGBUS; after a
@@ -591,45 +597,108 @@ static int poisoned(const char *name, const char *page_s)
 	return 0;
 }
 
-static int poisoned_kernel(const char *name, const char *page_s)
-{
-	size_t bad = strtoul(page_s, NULL, 0);
-	unsigned char *q = attach(name, PMO_READ, key);
-	unsigned char got[16];
-	ssize_t w, r;
-	size_t i;
-	int fds[2], e;
+static volatile sig_atomic_t bus_count;
 
+static void count_sigbus(int sig)
+{
+	(void)sig;
+	bus_count++;
+}
+
+/* Whether @hay holds @needle. */
+static int holds(const unsigned char *hay, size_t n, const char *needle)
+{
+	return memmem(hay, n, needle, strlen(needle)) != NULL;
+}
+
+static int kernel_write(const char *name, const char *page_s, const char *marker, int ahead,
+			int to_pipe)
+{
+	static unsigned char out[4096];
+	size_t bad = strtoul(page_s, NULL, 0), i;
+	volatile unsigned char *q;
+	struct sigaction sa;
+	struct pmo_stat st;
+	int fd, e, bus_before, bus_after, zeros = 1, rc_psync, e_psync, rc_detach, e_detach;
+	int fds[2] = { -1, -1 };
+	ssize_t w, r;
+
+	memset(&st, 0, sizeof(st));
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = count_sigbus;
+	sigaction(SIGBUS, &sa, NULL);
+	q = attach(name, PMO_WRITE, key);
 	if (!q)
-		FAIL("attach(r): %s", strerror(errno));
-	if (pipe(fds) < 0)
-		FAIL("pipe: %s", strerror(errno));
-	printf("writing page %zu to a pipe...\n", bad);
-	fflush(stdout);
-	w = write(fds[1], q + bad * 4096, sizeof(got));
-	e = errno;
-	r = w > 0 ? read(fds[0], got, sizeof(got)) : 0;
-	close(fds[0]);
-	close(fds[1]);
-	detach(q);
-	/*
-	 * Two outcomes keep the page's plaintext from the guest: the driver
-	 * unmapped the page first (the kernel's copy faults: EFAULT), or the
-	 * host, after waiting for that, served the page as zeros.
-	 */
-	if (w < 0) {
-		if (e != EFAULT)
-			FAIL("write(2) from the poisoned page: %s (want EFAULT)", strerror(e));
-		printf("ok write(2) from page %zu: EFAULT\n", bad);
-		return 0;
+		FAIL("attach(w): %s", strerror(errno));
+	if (ahead) {
+		/* A user-space walk up to the page: the host's predictor reaches it first. */
+		for (i = 0; i < bad; i++)
+			(void)q[i * 4096];
+		for (i = 0; i < 2000; i++) {
+			if (pmo_stat((void *)q, &st) == 0 && st.poisoned > 0)
+				break;
+			usleep(10000);
+		}
+		if (!st.poisoned)
+			FAIL("the driver never heard of page %zu (integrity_failures %llu)", bad,
+			     (unsigned long long)st.integrity_failures);
 	}
-	if (r != w)
-		FAIL("write(2) returned %zd but the pipe gave %zd", w, r);
+	if (to_pipe) {
+		if (pipe(fds) < 0)
+			FAIL("pipe: %s", strerror(errno));
+		fd = fds[1];
+	} else {
+		fd = open("/tmp/kernel_write.out", O_CREAT | O_TRUNC | O_RDWR, 0600);
+		if (fd < 0)
+			FAIL("open: %s", strerror(errno));
+	}
+	printf("writing page %zu to a %s...\n", bad, to_pipe ? "pipe" : "file");
+	fflush(stdout);
+	bus_before = bus_count;
+	w = write(fd, (void *)(q + bad * 4096), sizeof(out));
+	e = errno;
+	/* Handlers of signals pending at the syscall's return have run by now. */
+	bus_after = bus_count;
+	errno = 0;
+	rc_psync = psync((void *)q);
+	e_psync = errno;
+	errno = 0;
+	rc_detach = detach((void *)q);
+	e_detach = errno;
+	if (to_pipe) {
+		r = w > 0 ? read(fds[0], out, (size_t)w) : 0;
+		close(fds[0]);
+	} else {
+		r = pread(fd, out, sizeof(out), 0);
+	}
+	close(fd);
+	if (r < 0)
+		FAIL("read back: %s", strerror(errno));
+	if (holds(out, (size_t)r, marker))
+		FAIL("the file holds the tampered page's plaintext \"%s\"", marker);
 	for (i = 0; i < (size_t)r; i++)
-		if (got[i])
-			FAIL("write(2) from the poisoned page passed on data (byte %zu = %#x)",
-			     i, got[i]);
-	printf("ok write(2) from page %zu: %zd bytes of zeros, no data\n", bad, r);
+		zeros &= out[i] == 0;
+	if (w >= 0 && !zeros)
+		FAIL("write(2) passed on %zd bytes that are not zeros", w);
+	if (w >= 0 && bus_after == bus_before)
+		FAIL("write(2) passed on %zd bytes of zeros and no SIGBUS came before it returned", w);
+	if (w < 0 && e != EFAULT)
+		FAIL("write(2): %s (want EFAULT)", strerror(e));
+	if (rc_psync == 0 || e_psync != EBADMSG)
+		FAIL("psync after the failed page: %s (want EBADMSG)",
+		     rc_psync ? strerror(e_psync) : "success");
+	if (rc_detach == 0 || e_detach != EBADMSG)
+		FAIL("detach after the failed page: %s (want EBADMSG)",
+		     rc_detach ? strerror(e_detach) : "success");
+	if (ahead && (w >= 0 || bus_count))
+		FAIL("page %zu was announced ahead, yet write(2) gave %zd and %d SIGBUS", bad, w,
+		     (int)bus_count);
+	if (w < 0)
+		printf("ok write(2) from page %zu to a %s: EFAULT, %s; psync and detach: EBADMSG\n",
+		       bad, to_pipe ? "pipe" : "file", bus_count ? "SIGBUS" : "no SIGBUS");
+	else
+		printf("ok write(2) from page %zu to a %s: %zd bytes of zeros, SIGBUS before it "
+		       "returned; psync and detach: EBADMSG\n", bad, to_pipe ? "pipe" : "file", w);
 	return 0;
 }
 
@@ -743,7 +812,7 @@ int main(int argc, char **argv)
 	key = getenv("PMO_KEY");
 	if (argc < 3 || !key || !*key) {
 		fprintf(stderr, "usage: PMO_KEY=K pmo_probe wrongkey|rowrite|readers|excl|"
-				"destroybusy|wb|detachmapped|crash|abi|rebind|stats|fill|poisoned|poisoned_kernel NAME [BADKEY|PAGE]\n");
+				"destroybusy|wb|detachmapped|crash|abi|rebind|stats|fill|poisoned|kernel_write NAME [BADKEY|PAGE [MARKER [ahead] [pipe]]]\n");
 		return 2;
 	}
 	if (!strcmp(argv[1], "wrongkey") && argc == 4)
@@ -753,8 +822,19 @@ int main(int argc, char **argv)
 			return checks[i].run(argv[2]);
 	if (!strcmp(argv[1], "poisoned") && argc == 4)
 		return poisoned(argv[2], argv[3]);
-	if (!strcmp(argv[1], "poisoned_kernel") && argc == 4)
-		return poisoned_kernel(argv[2], argv[3]);
+	if (!strcmp(argv[1], "kernel_write") && argc >= 5 && argc <= 7) {
+		int ahead = 0, to_pipe = 0, j;
+
+		for (j = 5; j < argc; j++) {
+			if (!strcmp(argv[j], "ahead"))
+				ahead = 1;
+			else if (!strcmp(argv[j], "pipe"))
+				to_pipe = 1;
+			else
+				return 2;
+		}
+		return kernel_write(argv[2], argv[3], argv[4], ahead, to_pipe);
+	}
 	fprintf(stderr, "pmo_probe: unknown check %s\n", argv[1]);
 	return 2;
 }

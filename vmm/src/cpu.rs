@@ -33,12 +33,16 @@ pub enum CpuError {
 /// unmapped the page, after which the access faults inside the guest.
 pub trait RefusedPages: Send + Sync {
     fn any_refused(&self) -> bool;
-    /// Serve refused pages as read-only zeros: the guest did not unmap them in time.
+    /// Serve refused pages as zeros: the guest did not unmap them in time.
+    /// Never silent: the refusal already failed the attachment and told the
+    /// guest driver, which signals the process (docs/pmo-device.md).
     fn serve_zeros(&self);
 }
 
 /// How long a vCPU retries an access to a refused page before the page is
-/// served as zeros (the guest did not unmap it: e.g. its kernel reads it).
+/// served as zeros (the guest did not unmap it: typically its kernel copying
+/// from the page on a process's behalf, on a vCPU that never yields to the
+/// driver's work).
 const REFUSED_ZERO_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
 /// How long before the VM is stopped: even zeros did not let the access finish.
 const REFUSED_RETRY_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -292,7 +296,7 @@ impl Vcpu {
                     let since = *refused_since.get_or_insert_with(std::time::Instant::now);
                     if since.elapsed() > REFUSED_ZERO_AFTER && !served_zeros {
                         log::warn!(
-                            "vcpu{}: the guest did not unmap a refused PMO page; serving it as zeros",
+                            "vcpu{}: the guest did not unmap a refused PMO page; serving it as zeros (its attachment is failed, the guest was told)",
                             self.id
                         );
                         if let Some(r) = &self.refused {

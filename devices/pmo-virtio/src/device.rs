@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
@@ -21,7 +21,7 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use crate::crypto::{KdfParams, UserKey, PAGE};
 use crate::medium::{FileMedium, KillInPsync, Medium};
-use crate::pager::{FillError, PageSource, Pager, PagerError, SliceStats, HIST_BUCKETS};
+use crate::pager::{Detected, FillError, PageSource, Pager, PagerError, SliceStats, HIST_BUCKETS};
 use crate::proto::{self, Request, Status};
 use crate::store::{Design, OpenOptions, Perm, Session, Store, StoreError, StoreOptions};
 
@@ -132,6 +132,23 @@ struct SessionSource {
     writable: bool,
     handle: u64,
     events: Arc<EventSink>,
+    /// 0, or the status every later PSYNC and the DETACH of this attachment
+    /// answer: a page failed (see [`SessionSource::failure`]).
+    failed: AtomicU32,
+}
+
+impl SessionSource {
+    /// Why the attachment failed, if it did: a page of it was refused to an
+    /// access or found failing verification. From then on its PSYNCs persist
+    /// nothing (the PMO stays as of its last good psync) and its DETACH
+    /// reports the failure, so tampering never goes unnoticed.
+    fn failure(&self) -> Option<Status> {
+        match self.failed.load(Ordering::SeqCst) {
+            0 => None,
+            s if s == Status::Io as u32 => Some(Status::Io),
+            _ => Some(Status::BadMsg),
+        }
+    }
 }
 
 impl PageSource for SessionSource {
@@ -145,41 +162,64 @@ impl PageSource for SessionSource {
         };
         match s.fault(page, out) {
             Ok(()) => Ok(()),
-            Err(StoreError::Integrity { page }) => {
-                self.events.post(self.handle, page);
-                Err(FillError::Integrity(page))
-            }
-            Err(e) => {
-                self.events.post(self.handle, page);
-                Err(FillError::Other {
-                    page,
-                    why: e.to_string(),
-                })
-            }
+            Err(StoreError::Integrity { page }) => Err(FillError::Integrity(page)),
+            Err(e) => Err(FillError::Other {
+                page,
+                why: e.to_string(),
+            }),
         }
     }
 
     fn writable(&self) -> bool {
         self.writable
     }
+
+    fn page_failed(&self, page: u64, error: &FillError, how: Detected) {
+        // An integrity failure outranks a medium error.
+        match error {
+            FillError::Integrity(_) => self.failed.store(Status::BadMsg as u32, Ordering::SeqCst),
+            FillError::Other { .. } => {
+                let _ = self.failed.compare_exchange(
+                    0,
+                    Status::Io as u32,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
+            }
+        }
+        let kind = match how {
+            Detected::OnAccess => proto::EVENT_PAGE_POISONED,
+            Detected::Ahead => proto::EVENT_PAGE_BAD,
+        };
+        self.events.post(kind, self.handle, page);
+    }
 }
 
-/// Events waiting for a buffer on the event queue.
+/// Events waiting for a buffer on the event queue: (type, handle, page).
 struct EventSink {
-    pending: Mutex<VecDeque<(u64, u64)>>,
+    pending: Mutex<VecDeque<(u32, u64, u64)>>,
     kick: EventFd,
 }
 
 impl EventSink {
-    fn post(&self, handle: u64, page: u64) {
+    fn post(&self, kind: u32, handle: u64, page: u64) {
         let mut q = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        // Bounded: a flood of failures keeps only the most recent events.
+        // Bounded: a flood of failures keeps only the most recent events
+        // (the attachments stay failed whatever the guest hears).
         if q.len() >= 1024 {
             q.pop_front();
         }
-        q.push_back((handle, page));
+        q.push_back((kind, handle, page));
         let _ = self.kick.write(1);
     }
+}
+
+/// What a detach leaves behind.
+struct Detached {
+    /// The store finishing the session in the background.
+    pending: Option<crate::store::DetachHandle>,
+    /// The session failed (see [`SessionSource::failure`]).
+    failure: Option<Status>,
 }
 
 struct Attachment {
@@ -304,10 +344,11 @@ impl PmoService {
                 Ok(Vec::new())
             }
             Request::Attach { name, perm, key: k } => self.attach(&name, perm, &key(&k)?),
-            Request::Detach { handle } => {
-                self.detach(handle)?;
-                Ok(Vec::new())
-            }
+            Request::Detach { handle } => match self.detach(handle)?.failure {
+                // Detached all the same; the status says the session went bad.
+                Some(st) => Err(st),
+                None => Ok(Vec::new()),
+            },
             Request::Psync { handle } => self.psync(handle).map(|n| n.to_le_bytes().to_vec()),
             Request::Stat { handle } => Ok(self.stat(handle)?),
             Request::SetDesign { design } => {
@@ -332,6 +373,7 @@ impl PmoService {
             writable: perm == Perm::Write,
             handle,
             events: self.events.clone(),
+            failed: AtomicU32::new(0),
         });
         let (offset, stats) = match self.pager.attach(source.clone(), npages) {
             Ok(x) => x,
@@ -382,7 +424,7 @@ impl PmoService {
         Ok(out)
     }
 
-    fn detach(&self, handle: u64) -> Result<Option<crate::store::DetachHandle>, Status> {
+    fn detach(&self, handle: u64) -> Result<Detached, Status> {
         let a = self
             .attachments
             .lock()
@@ -406,10 +448,12 @@ impl PmoService {
                 pct(est.timeliness),
             );
         }
+        let failure = a.source.failure();
         log::info!(
-            "pmo: detach {:?} ({}): {} faults ({} us total), {} pages decrypted, {} psyncs of {} pages ({} us), {} integrity failures",
+            "pmo: detach {:?} ({}{}): {} faults ({} us total), {} pages decrypted, {} psyncs of {} pages ({} us), {} integrity failures",
             a.name,
             if a.perm == Perm::Write { "w" } else { "r" },
+            if failure.is_some() { ", failed" } else { "" },
             s.faults.load(Ordering::Relaxed),
             s.fault_ns_total.load(Ordering::Relaxed) / 1000,
             s.pages_decrypted.load(Ordering::Relaxed),
@@ -429,7 +473,10 @@ impl PmoService {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         // Nonblocking: the store finishes in the background and a later attach waits.
-        Ok(session.map(|s| s.detach()))
+        Ok(Detached {
+            pending: session.map(|s| s.detach()),
+            failure,
+        })
     }
 
     fn psync(&self, handle: u64) -> Result<u64, Status> {
@@ -437,22 +484,33 @@ impl PmoService {
         if a.perm != Perm::Write {
             return Err(Status::Perm);
         }
+        // A failed attachment persists nothing: its PMO stays as of its last good psync.
+        if let Some(st) = a.source.failure() {
+            return Err(st);
+        }
         let start = Instant::now();
         if let Some(k) = &self.kill_hook {
             k.arm(true);
         }
         let guard = a.source.session.read().unwrap_or_else(|e| e.into_inner());
         let session = guard.as_ref().ok_or(Status::NoEnt)?;
+        // Of this attachment only: once it is detached, its offset may
+        // already be a later attachment's.
         let n = self
             .pager
-            .collect_dirty(a.offset, |pages| {
-                session.psync(pages.iter().map(|(p, d)| (*p, &**d)))
+            .collect_dirty_of(a.offset, &a.stats, |pages| {
+                // Checked again at the last moment before anything is written.
+                if let Some(st) = a.source.failure() {
+                    return Err(st);
+                }
+                session
+                    .psync(pages.iter().map(|(p, d)| (*p, &**d)))
+                    .map_err(|e| {
+                        log::error!("pmo: psync of {:?}: {e}", a.name);
+                        store_status(&e)
+                    })
             })
-            .map_err(|_| Status::NoEnt)?
-            .map_err(|e| {
-                log::error!("pmo: psync of {:?}: {e}", a.name);
-                store_status(&e)
-            })?;
+            .map_err(|_| Status::NoEnt)??;
         if let Some(k) = &self.kill_hook {
             k.arm(false);
         }
@@ -527,7 +585,11 @@ impl PmoService {
             .copied()
             .collect();
         for h in handles {
-            if let Ok(Some(pending)) = self.detach(h) {
+            if let Ok(Detached {
+                pending: Some(pending),
+                ..
+            }) = self.detach(h)
+            {
                 if let Err(e) = pending.wait() {
                     log::warn!("pmo: detach: {e}");
                 }
@@ -706,14 +768,16 @@ impl Handler {
                 .unwrap_or_else(|e| e.into_inner())
                 .front()
                 .copied();
-            let Some((handle, page)) = next else { break };
+            let Some((kind, handle, page)) = next else {
+                break;
+            };
             let Some(chain) = self.event.pop_descriptor_chain(&mem) else {
                 // No buffer: keep the event until the driver adds one.
                 break;
             };
             let head = chain.head_index();
             let mut ev = [0u8; proto::EVENT_LEN];
-            ev[..4].copy_from_slice(&proto::EVENT_PAGE_POISONED.to_le_bytes());
+            ev[..4].copy_from_slice(&kind.to_le_bytes());
             ev[8..16].copy_from_slice(&handle.to_le_bytes());
             ev[16..24].copy_from_slice(&page.to_le_bytes());
             let written = match chain.clone().writer(&mem) {

@@ -32,7 +32,12 @@ pub const OP_STAT: u16 = 6;
 pub const OP_SET_DESIGN: u16 = 7;
 pub const OP_LIST: u16 = 8;
 
+/// An access to a page was refused (it failed verification, or the medium
+/// failed): the driver unmaps the page and signals the attaching process.
 pub const EVENT_PAGE_POISONED: u32 = 1;
+/// A prefetch found a page failing verification before anything touched it:
+/// the driver unmaps it, so even a kernel-mode read of it fails cleanly.
+pub const EVENT_PAGE_BAD: u32 = 2;
 
 /// Status codes: 0 or a Linux errno value, so the driver can pass them on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,7 +9,10 @@
 //!    pages, that checks the linked list.
 //! 2. Between the boots the host damages one page of ciphertext in the store file; VM "tamper"
 //!    then reads every page: the damaged one kills the reader with SIGBUS, the others read fine,
-//!    and the VM lives on.
+//!    and the VM lives on. Then a process `write(2)`s straight from the damaged page of its
+//!    mapping into a file (the guest kernel reads the page): never silently. The same runs on
+//!    2 vCPUs ("tamper-smp") and with a predictor that finds the page bad first
+//!    ("tamper-ahead": the copy fails with EFAULT).
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
@@ -90,11 +93,22 @@ fn group() -> &'static Group {
         f.write_all_at(&b, at).map_err(|e| e.to_string())?;
         drop(f);
 
-        let tamper = run_vms(&[VmSpec::new("tamper")
-            .scenarios(["pmo_tamper_read"])
-            .param("pattern", &marker)
-            .param("bad", BAD_PAGE.to_string())
-            .pmo_store(&store, STORE_SIZE)])
+        let tamper_vm = |name: &str, cpus: u32| {
+            VmSpec::new(name)
+                .cpus(cpus)
+                .param("pattern", &marker)
+                .param("bad", BAD_PAGE.to_string())
+                .pmo_store(&store, STORE_SIZE)
+        };
+        let tamper = run_vms(&[
+            tamper_vm("tamper", 1).scenarios(["pmo_tamper_read", "pmo_tamper_write"]),
+            tamper_vm("tamper-smp", 2).scenarios(["pmo_tamper_write"]),
+            tamper_vm("tamper-ahead", 1)
+                .scenarios(["pmo_tamper_write"])
+                .param("ahead", "1")
+                .extra_arg("--pmo-predictor")
+                .extra_arg("stream:4"),
+        ])
         .map_err(|e| e.to_string())?;
         Ok(Group {
             main,
@@ -187,5 +201,47 @@ fn tampered_page_is_sigbus_other_pages_fine_vm_lives() {
     g.main[0].assert_all_ok(&["pmo_tamper_prep"]);
     let vm = &g.tamper[0];
     vm.assert_all_ok(&["pmo_tamper_read"]);
+    vm.assert_exit(0);
+}
+
+/// A process `write(2)`s from the tampered page of its mapping into a file, then a pipe, so
+/// the guest kernel reads it: the copy fails with EFAULT or the process has its SIGBUS before
+/// `write(2)` returns, the file never gets the page's plaintext (and zeros only with that
+/// SIGBUS), psync and detach report EBADMSG, and the VM lives on. One vCPU (stuck in the copy
+/// until the host serves zeros) and two (the other vCPU runs the driver's unmap).
+#[test]
+fn kernel_copy_of_a_tampered_page_is_never_silent() {
+    let g = group();
+    g.main[0].assert_all_ok(&["pmo_tamper_prep"]);
+    for vm in &g.tamper[..2] {
+        vm.assert_all_ok(&["pmo_tamper_write"]);
+        for check in ["kernel_write", "kernel_write_pipe"] {
+            let how = vm.assert_ok(&format!("pmo_tamper_write.{check}"));
+            assert!(
+                how.contains("EFAULT") || how.contains("SIGBUS before it returned"),
+                "{how}"
+            );
+        }
+        vm.assert_ok("pmo_tamper_write.alive");
+        vm.assert_exit(0);
+    }
+}
+
+/// With a predictor, the host finds the tampered page bad before anything touches it and
+/// announces it; the driver unmaps it, so the kernel's copy fails with EFAULT (no page is
+/// refused, no SIGBUS), and the attachment still reports EBADMSG at psync and detach.
+#[test]
+fn page_found_bad_ahead_makes_the_kernel_copy_fail_with_efault() {
+    let vm = &group().tamper[2];
+    vm.assert_all_ok(&["pmo_tamper_write"]);
+    for check in ["kernel_write", "kernel_write_pipe"] {
+        let how = vm.assert_ok(&format!("pmo_tamper_write.{check}"));
+        assert!(how.contains("EFAULT, no SIGBUS"), "{how}");
+    }
+    assert!(
+        vm.assert_ok("pmo_tamper_write.guest_log")
+            .contains("found before any access"),
+        "the driver saw PAGE_BAD"
+    );
     vm.assert_exit(0);
 }

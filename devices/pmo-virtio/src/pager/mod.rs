@@ -49,6 +49,12 @@ pub enum PagerError {
     Spawn(io::Error),
     #[error("eventfd: {0}")]
     EventFd(io::Error),
+    /// Dropping a slice's pages failed: the range is not reused (it may hold plaintext).
+    #[error("clear window range at {offset:#x}: {source}")]
+    Zap { offset: u64, source: io::Error },
+    /// The attachment's detach began: no more psyncs.
+    #[error("attachment at window offset {0:#x} is being detached")]
+    Detaching(u64),
 }
 
 /// Why a page could not be filled.
@@ -62,12 +68,25 @@ pub enum FillError {
     Other { page: u64, why: String },
 }
 
+/// How the pager learnt that a page cannot be served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detected {
+    /// An access to the page was refused: whoever touched it is kept out.
+    OnAccess,
+    /// A prefetch found the page bad before anything touched it.
+    Ahead,
+}
+
 /// Where an attachment's verified plaintext comes from (a store session).
 pub trait PageSource: Send + Sync {
     /// Writes the verified plaintext of `page` into `out`; on error `out` holds no plaintext.
     fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError>;
     /// Writable attachments track dirty pages.
     fn writable(&self) -> bool;
+    /// Told once per refusal of `page` (`OnAccess`, any error) and per page a
+    /// prefetch found failing verification (`Ahead`), so the owner can fail
+    /// the attachment and tell the guest. Called while the slice is live.
+    fn page_failed(&self, _page: u64, _error: &FillError, _how: Detected) {}
 }
 
 /// One predicted page for the prefetch worker: install it, or stage it as a trigger.
@@ -206,6 +225,8 @@ struct Slice {
     issued: Vec<AtomicU64>,
     /// Pages a demand fault decrypted.
     demand: Vec<AtomicU64>,
+    /// Pages a prefetch found failing verification: announced once, never prefetched again.
+    bad: Vec<AtomicU64>,
     predict: Mutex<Option<PredictState>>,
     staged: Mutex<VecDeque<Staged>>,
     /// Faults served so far: the clock of the staging horizon.
@@ -214,8 +235,20 @@ struct Slice {
     /// Refused pages now served as read-only zeros (see `zero_refused`).
     zeroed: Mutex<Vec<u64>>,
     stats: Arc<SliceStats>,
-    /// Set once detach began: faults are no longer served from the source.
+    /// Set once detach began: nothing more of this slice may reach the window
+    /// (see [`Slice::enter`]).
     closing: AtomicBool,
+    /// Window mutations on behalf of this slice in progress (see [`Slice::enter`]).
+    inflight: AtomicU64,
+}
+
+/// One window mutation on behalf of a slice in progress; detach waits until it is dropped.
+struct InFlight<'a>(&'a Slice);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.inflight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A bitmap of `n` clear bits.
@@ -254,6 +287,39 @@ fn test_bit(bits: &[AtomicU64], page: u64) -> bool {
 }
 
 impl Slice {
+    /// Admits one change of the window on behalf of this slice (installing a
+    /// page, protecting or unprotecting one, copying pages out for psync), or
+    /// refuses it once detach began.
+    ///
+    /// Fills take long (decrypt and verify) and run outside the gate; only
+    /// the change itself runs inside. Detach sets `closing` and then waits
+    /// until nothing is in flight before it clears the range, so whatever a
+    /// late fill would do either happens before the clear or not at all: it
+    /// can never land in the next attachment of the range. Both sides use
+    /// SeqCst (increment then read `closing`; set `closing` then read the
+    /// count), so at least one of them sees the other.
+    fn enter(&self) -> Option<InFlight<'_>> {
+        self.inflight.fetch_add(1, Ordering::SeqCst);
+        let guard = InFlight(self);
+        if self.closing.load(Ordering::SeqCst) {
+            return None;
+        }
+        Some(guard)
+    }
+
+    /// Starts detach: refuses new window changes and waits for those in
+    /// flight. False if another detach got there first.
+    fn close(&self) -> bool {
+        if self.closing.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        // In flight = one ioctl, mprotect or a psync's page copies: short.
+        while self.inflight.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+        true
+    }
+
     fn mark_dirty(&self, page: u64) {
         set_bit(&self.dirty, page);
     }
@@ -384,12 +450,17 @@ impl Pager {
         self.refused.load(Ordering::Acquire)
     }
 
-    /// Serves every refused page as a read-only page of zeros from now on.
+    /// Serves every refused page as a page of zeros from now on.
     ///
-    /// For accesses the guest driver cannot turn into SIGBUS (its kernel
-    /// reading the page, e.g. `write(2)` straight from a PMO mapping): after
-    /// the VMM has waited for the driver, the access completes with zeros,
-    /// never with the page's plaintext, and the VM goes on. Returns how many
+    /// For accesses the guest driver cannot turn into SIGBUS in time (its
+    /// kernel reading the page, e.g. `write(2)` straight from a PMO mapping,
+    /// on a vCPU that never yields to the driver's work): after the VMM has
+    /// waited for the driver, the access completes with zeros, never with
+    /// the page's plaintext, and the VM goes on. It is never silent: the
+    /// refusal was reported first ([`PageSource::page_failed`]), which fails
+    /// the attachment (its psync persists nothing) and makes the guest driver
+    /// signal the process. The zeros are writable so a kernel write into the
+    /// page completes too; psync never takes refused pages. Returns how many
     /// pages were switched.
     pub fn zero_refused(&self) -> usize {
         let slices: Vec<Arc<Slice>> = self
@@ -402,23 +473,33 @@ impl Pager {
         let zeros = [0u8; PAGE];
         let mut n = 0;
         for slice in slices {
-            let pages = slice
-                .poisoned
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
+            let Some(_gate) = slice.enter() else {
+                continue;
+            };
+            // Held throughout: a refusal of the same page (push, then
+            // PROT_NONE) cannot interleave with serving it.
+            let poisoned = slice.poisoned.lock().unwrap_or_else(|e| e.into_inner());
             let mut zeroed = slice.zeroed.lock().unwrap_or_else(|e| e.into_inner());
-            for page in pages {
+            for &page in poisoned.iter() {
                 if zeroed.contains(&page) {
                     continue;
                 }
                 let addr = self.page_addr(&slice, page);
-                // SAFETY: one page of our window, made accessible again only to
-                // hold zeros, then read-only so a write cannot hide new data there.
-                unsafe { libc::mprotect(addr as *mut _, PAGE, libc::PROT_READ | libc::PROT_WRITE) };
+                // Zeros go in while the page is still inaccessible, so no
+                // fault can refuse it again between the two steps.
                 self.install(addr, &zeros, false);
-                // SAFETY: as above.
-                unsafe { libc::mprotect(addr as *mut _, PAGE, libc::PROT_READ) };
+                // SAFETY: one page of our window inside this live slice (we
+                // hold its gate); it now holds zeros.
+                let r = unsafe {
+                    libc::mprotect(addr as *mut _, PAGE, libc::PROT_READ | libc::PROT_WRITE)
+                };
+                if r != 0 {
+                    log::error!(
+                        "pmo: open refused page {page} as zeros: {}",
+                        io::Error::last_os_error()
+                    );
+                    continue;
+                }
                 zeroed.push(page);
                 n += 1;
             }
@@ -452,6 +533,10 @@ impl Pager {
         source: Arc<dyn PageSource>,
         npages: u64,
     ) -> Result<(u64, Arc<SliceStats>), PagerError> {
+        // Held while the range is cleared and the slice published: a fault
+        // in free window space installs its zero page under the read lock,
+        // so that page is either cleared here or never lands in this slice.
+        let mut slices = self.slices.write().unwrap_or_else(|e| e.into_inner());
         let start = {
             let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
             let i = free
@@ -468,14 +553,13 @@ impl Pager {
         };
         // A guest may have touched this free range (it got zero pages): clear it
         // so every page of the new attachment faults and is filled from its source.
-        // SAFETY: the range lies inside our window mapping.
-        unsafe {
-            libc::madvise(
-                (self.host_addr() + start * PAGE_U64) as *mut _,
-                (npages * PAGE_U64) as usize,
-                libc::MADV_DONTNEED,
-            )
-        };
+        if let Err(source) = self.zap(start, npages) {
+            self.release_range(start, npages);
+            return Err(PagerError::Zap {
+                offset: start * PAGE_U64,
+                source,
+            });
+        }
         let stats = Arc::new(SliceStats::default());
         let slice = Arc::new(Slice {
             start,
@@ -486,6 +570,7 @@ impl Pager {
             predicted: bitmap(npages),
             issued: bitmap(npages),
             demand: bitmap(npages),
+            bad: bitmap(npages),
             predict: Mutex::new(None),
             staged: Mutex::new(VecDeque::new()),
             seq: AtomicU64::new(0),
@@ -493,11 +578,9 @@ impl Pager {
             zeroed: Mutex::new(Vec::new()),
             stats: stats.clone(),
             closing: AtomicBool::new(false),
+            inflight: AtomicU64::new(0),
         });
-        self.slices
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(start, slice);
+        slices.insert(start, slice);
         Ok((start * PAGE_U64, stats))
     }
 
@@ -559,7 +642,36 @@ impl Pager {
         offset: u64,
         sink: impl FnOnce(&[(u64, Box<[u8; PAGE]>)]) -> Result<(), E>,
     ) -> Result<Result<u64, E>, PagerError> {
+        self.collect_slice_dirty(self.slice_at(offset)?, sink)
+    }
+
+    /// [`Pager::collect_dirty`] of the attachment whose counters are `owner`
+    /// (what [`Pager::attach`] returned), and of no other: once that one is
+    /// detached, the offset may already belong to a later attachment.
+    pub fn collect_dirty_of<E>(
+        &self,
+        offset: u64,
+        owner: &Arc<SliceStats>,
+        sink: impl FnOnce(&[(u64, Box<[u8; PAGE]>)]) -> Result<(), E>,
+    ) -> Result<Result<u64, E>, PagerError> {
         let slice = self.slice_at(offset)?;
+        if !Arc::ptr_eq(&slice.stats, owner) {
+            return Err(PagerError::NoSlice(offset));
+        }
+        self.collect_slice_dirty(slice, sink)
+    }
+
+    fn collect_slice_dirty<E>(
+        &self,
+        slice: Arc<Slice>,
+        sink: impl FnOnce(&[(u64, Box<[u8; PAGE]>)]) -> Result<(), E>,
+    ) -> Result<Result<u64, E>, PagerError> {
+        let offset = slice.start * PAGE_U64;
+        // Reading the window for this slice: a detach must not clear (and a
+        // next attachment refill) the range under the copies.
+        let Some(gate) = slice.enter() else {
+            return Err(PagerError::Detaching(offset));
+        };
         let mut pages = Vec::new();
         for (w, word) in slice.dirty.iter().enumerate() {
             let mut bits = word.swap(0, Ordering::AcqRel);
@@ -567,6 +679,14 @@ impl Pager {
                 let b = bits.trailing_zeros() as u64;
                 bits &= bits - 1;
                 pages.push(w as u64 * 64 + b);
+            }
+        }
+        // A refused page never holds the attachment's data (it is
+        // inaccessible, or zeros): never hand it over, never touch it.
+        {
+            let poisoned = slice.poisoned.lock().unwrap_or_else(|e| e.into_inner());
+            if !poisoned.is_empty() {
+                pages.retain(|p| !poisoned.contains(p));
             }
         }
         let mut out = Vec::with_capacity(pages.len());
@@ -578,10 +698,22 @@ impl Pager {
                 slice.mark_dirty(page);
             }
             let mut buf = Box::new([0u8; PAGE]);
-            // SAFETY: `addr` is a present page of our window mapping (it was
-            // dirtied, so installed); a raw byte copy tolerates concurrent writes.
+            // SAFETY: `addr` is a page of our window mapping inside this
+            // slice, which cannot be cleared while we hold its gate; if it is
+            // not present, the copy faults and the fault service fills it. A
+            // raw byte copy tolerates concurrent writes.
             unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), PAGE) };
             out.push((page, buf));
+        }
+        // A detach that began meanwhile serves this slice's missing pages as
+        // zeros: the copies may not be the attachment's data. Hand nothing over.
+        let detaching = slice.closing.load(Ordering::SeqCst);
+        drop(gate);
+        if detaching {
+            for (_, b) in out.iter_mut() {
+                zeroize::Zeroize::zeroize(&mut b[..]);
+            }
+            return Err(PagerError::Detaching(offset));
         }
         let n = out.len() as u64;
         let r = sink(&out);
@@ -598,11 +730,51 @@ impl Pager {
         Ok(r.map(|()| n))
     }
 
+    /// Drops the pages of `[start, start + npages)` (window pages) and makes
+    /// the range accessible again (undoing refusals): the next access of any
+    /// of them faults and is served by whoever owns the range then.
+    fn zap(&self, start: u64, npages: u64) -> io::Result<()> {
+        let addr = (self.host_addr() + start * PAGE_U64) as *mut libc::c_void;
+        let len = (npages * PAGE_U64) as usize;
+        // SAFETY: the range lies inside our window mapping; dropping anonymous
+        // pages zero-fills them on the next (uffd-reported) fault.
+        if unsafe { libc::madvise(addr, len, libc::MADV_DONTNEED) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: as above; only the protection of our own mapping changes.
+        if unsafe { libc::mprotect(addr, len, libc::PROT_READ | libc::PROT_WRITE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Returns a range to the free list, merging neighbours.
+    fn release_range(&self, start: u64, npages: u64) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        free.push((start, npages));
+        free.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(free.len());
+        for (s, n) in free.drain(..) {
+            match merged.last_mut() {
+                Some((ls, ln)) if *ls + *ln == s => *ln += n,
+                _ => merged.push((s, n)),
+            }
+        }
+        *free = merged;
+    }
+
     /// Ends the attachment at `offset`: its plaintext leaves the window and the
-    /// slice is reusable. Later guest accesses to it fault and are refused.
+    /// slice is reusable. Later guest accesses to it get zero pages.
+    ///
+    /// Fills of this attachment still decrypting may finish later; they find
+    /// the slice closing and abandon their install (see [`Slice::enter`]), so
+    /// the range is reused only when nothing of this attachment can land in it.
     pub fn detach(&self, offset: u64) -> Result<(), PagerError> {
         let slice = self.slice_at(offset)?;
-        slice.closing.store(true, Ordering::Release);
+        if !slice.close() {
+            // Another detach of it is under way.
+            return Err(PagerError::NoSlice(offset));
+        }
         let left = std::mem::take(&mut *slice.staged.lock().unwrap_or_else(|e| e.into_inner()));
         slice
             .stats
@@ -615,34 +787,20 @@ impl Pager {
             .unwrap_or_else(|e| e.into_inner())
             .len() as u64;
         self.refused.fetch_sub(refused, Ordering::AcqRel);
-        let addr = self.page_addr(&slice, 0);
-        let len = slice.npages * PAGE_U64;
-        // SAFETY: the range is inside our window mapping; dropping anonymous
-        // pages zero-fills them on the next (uffd-reported) fault.
-        unsafe {
-            libc::madvise(addr as *mut _, len as usize, libc::MADV_DONTNEED);
-            // Undo any poisoning so the slice can be reused.
-            libc::mprotect(
-                addr as *mut _,
-                len as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-            );
-        }
+        // Unpublish before clearing: a fault that still finds the slice
+        // installs its zero page under the read lock, so before this.
         self.slices
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&slice.start);
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        free.push((slice.start, slice.npages));
-        free.sort_unstable();
-        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(free.len());
-        for (s, n) in free.drain(..) {
-            match merged.last_mut() {
-                Some((ls, ln)) if *ls + *ln == s => *ln += n,
-                _ => merged.push((s, n)),
-            }
+        if let Err(source) = self.zap(slice.start, slice.npages) {
+            // Never hand out a range that may still hold this attachment's plaintext.
+            log::error!(
+                "pmo: cannot clear the window slice at {offset:#x}; it is not reused: {source}"
+            );
+            return Err(PagerError::Zap { offset, source });
         }
-        *free = merged;
+        self.release_range(slice.start, slice.npages);
         Ok(())
     }
 
@@ -656,21 +814,40 @@ impl Pager {
         let wpage = (f.address - base) / PAGE_U64;
         let slice = {
             let slices = self.slices.read().unwrap_or_else(|e| e.into_inner());
-            slices
+            let found = slices
                 .range(..=wpage)
                 .next_back()
-                .filter(|(s, sl)| wpage < *s + sl.npages)
-                .map(|(_, sl)| sl.clone())
-        };
-        let Some(slice) = slice.filter(|s| !s.closing.load(Ordering::Acquire)) else {
-            // Outside any attachment: the guest touched a free part of the window.
-            // Give it zeros (never anybody's plaintext) so it cannot hang a vCPU.
-            buf.fill(0);
-            self.install(f.address, buf, false);
-            return;
+                .filter(|(s, sl)| wpage < *s + sl.npages && !sl.closing.load(Ordering::SeqCst));
+            match found {
+                Some((_, sl)) => sl.clone(),
+                None => {
+                    // Outside any live attachment: a free part of the window,
+                    // or one being detached. Give it zeros (never anybody's
+                    // plaintext) so it cannot hang a vCPU. Under the read
+                    // lock: attach clears a range under the write lock, and
+                    // detach clears it after unpublishing the slice under the
+                    // write lock, so this page is cleared before the range
+                    // is anybody's.
+                    if f.wp {
+                        // Only a detaching slice has protected pages; they are cleared next.
+                        if let Err(e) = self.uffd.write_protect(f.address, PAGE_U64, false) {
+                            log::error!("pmo: unprotect page of a detaching slice: {e}");
+                        }
+                    } else {
+                        buf.fill(0);
+                        self.install(f.address, buf, false);
+                    }
+                    return;
+                }
+            }
         };
         let page = wpage - slice.start;
         if f.wp {
+            let Some(_gate) = slice.enter() else {
+                // Detach began: the retry finds whoever owns the range then.
+                self.wake(f.address);
+                return;
+            };
             slice.mark_dirty(page);
             slice.stats.wp_faults.fetch_add(1, Ordering::Relaxed);
             if let Err(e) = self.uffd.write_protect(f.address, PAGE_U64, false) {
@@ -679,11 +856,9 @@ impl Pager {
             return;
         }
         let writable = slice.source.writable();
-        // A write fault dirties the page right away; otherwise protect it
-        // so the first write is seen.
-        if writable && f.write {
-            slice.mark_dirty(page);
-        }
+        // A write fault dirties the page as it is installed (once it holds
+        // verified data); otherwise protect it so the first write is seen.
+        let dirty_now = writable && f.write;
         let wp = writable && !f.write;
         let now = slice.seq.fetch_add(1, Ordering::AcqRel) + 1;
         if let Some(staged) = slice.take_staged(page) {
@@ -694,7 +869,15 @@ impl Pager {
             // find the next batch already on its way.
             self.predict_after(&slice, page, f.tid, f.write);
             slice.stats.record_fault(start.elapsed().as_nanos() as u64);
-            self.install(f.address, &staged.data, wp);
+            if dirty_now {
+                slice.mark_dirty(page);
+            }
+            match slice.enter() {
+                Some(_gate) => {
+                    self.install(f.address, &staged.data, wp);
+                }
+                None => self.wake(f.address),
+            }
             set_bit(&slice.installed, page);
             clear_bit(&slice.predicted, page);
             slice.expire_staged(now);
@@ -720,8 +903,19 @@ impl Pager {
                 // covers lookup, decryption, verification and prediction.
                 slice.stats.pages_decrypted.fetch_add(1, Ordering::Relaxed);
                 slice.stats.record_fault(start.elapsed().as_nanos() as u64);
-                if !self.install(f.address, buf, wp) {
-                    // A racing fault or prefetch installed it first.
+                if dirty_now {
+                    slice.mark_dirty(page);
+                }
+                let installed = match slice.enter() {
+                    Some(_gate) => self.install(f.address, buf, wp),
+                    None => {
+                        // Detached while we decrypted: the plaintext stays out.
+                        self.wake(f.address);
+                        false
+                    }
+                };
+                if !installed {
+                    // A racing fault or prefetch installed it first, or detach began.
                     slice.stats.pages_decrypted.fetch_sub(1, Ordering::Relaxed);
                 }
                 set_bit(&slice.installed, page);
@@ -737,18 +931,29 @@ impl Pager {
                     "pmo: refusing page {page} of window offset {:#x}: {e}",
                     slice.start * PAGE_U64
                 );
-                let mut poisoned = slice.poisoned.lock().unwrap_or_else(|e| e.into_inner());
-                if !poisoned.contains(&page) {
-                    poisoned.push(page);
-                    self.refused.fetch_add(1, Ordering::AcqRel);
+                // Inside the gate: a refusal landing after detach would make
+                // the next attachment's page inaccessible.
+                if let Some(_gate) = slice.enter() {
+                    let mut poisoned = slice.poisoned.lock().unwrap_or_else(|e| e.into_inner());
+                    if !poisoned.contains(&page) {
+                        poisoned.push(page);
+                        self.refused.fetch_add(1, Ordering::AcqRel);
+                        // Before the vCPU can go on: the attachment fails and
+                        // the guest hears of it.
+                        slice.source.page_failed(page, &e, Detected::OnAccess);
+                    }
+                    // SAFETY: one page of our window, inside this live slice;
+                    // making it inaccessible makes the faulting access fail
+                    // (KVM returns EFAULT) instead of retrying.
+                    if unsafe { libc::mprotect(f.address as *mut _, PAGE, libc::PROT_NONE) } != 0 {
+                        log::error!(
+                            "pmo: make refused page {page} inaccessible: {}",
+                            io::Error::last_os_error()
+                        );
+                    }
+                    drop(poisoned);
                 }
-                drop(poisoned);
-                // SAFETY: one page of our window; making it inaccessible makes the
-                // faulting access fail (KVM returns EFAULT) instead of retrying.
-                unsafe { libc::mprotect(f.address as *mut _, PAGE, libc::PROT_NONE) };
-                if let Err(e) = self.uffd.wake(f.address, PAGE_U64) {
-                    log::error!("pmo: wake after poison: {e}");
-                }
+                self.wake(f.address);
             }
         }
     }
@@ -771,7 +976,10 @@ impl Pager {
             };
             st.predictor.on_fault(&ev, &mut pages);
             pages.retain(|&p| {
-                p < slice.npages && !test_bit(&slice.installed, p) && !set_bit(&slice.predicted, p)
+                p < slice.npages
+                    && !test_bit(&slice.installed, p)
+                    && !test_bit(&slice.bad, p)
+                    && !set_bit(&slice.predicted, p)
             });
             if pages.len() == 1 {
                 st.singles += 1;
@@ -815,7 +1023,20 @@ impl Pager {
         if slice.closing.load(Ordering::Acquire) || test_bit(&slice.installed, page) {
             return;
         }
-        if slice.source.fill(page, buf).is_err() {
+        if let Err(e) = slice.source.fill(page, buf) {
+            // Not refused (nothing touched it, and a wrong guess must not
+            // kill a process), but a page that fails verification is news:
+            // the guest driver can unmap it before anything, its own kernel
+            // included, reads it.
+            if matches!(e, FillError::Integrity(_)) && !set_bit(&slice.bad, page) {
+                if let Some(_gate) = slice.enter() {
+                    slice
+                        .stats
+                        .integrity_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    slice.source.page_failed(page, &e, Detected::Ahead);
+                }
+            }
             return;
         }
         if stage {
@@ -825,8 +1046,11 @@ impl Pager {
                 data: Box::new(*buf),
             };
             buf.fill(0);
-            // A late fault may have installed it while we decrypted.
-            if test_bit(&slice.installed, page) || slice.closing.load(Ordering::Acquire) {
+            // A late fault may have installed it while we decrypted. Staged
+            // inside the gate, so detach (which drops the staged pages after
+            // waiting for the gate) cannot miss it.
+            let Some(gate) = slice.enter() else { return };
+            if test_bit(&slice.installed, page) {
                 return;
             }
             slice.stats.triggers.fetch_add(1, Ordering::Relaxed);
@@ -835,6 +1059,7 @@ impl Pager {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push_back(staged);
+            drop(gate);
             slice.expire_staged(slice.seq.load(Ordering::Acquire));
             return;
         }
@@ -843,11 +1068,23 @@ impl Pager {
         if writable && job.writing {
             slice.mark_dirty(page);
         }
-        if self.install(addr, buf, writable && !job.writing) {
+        let installed = match slice.enter() {
+            Some(_gate) => self.install(addr, buf, writable && !job.writing),
+            None => false,
+        };
+        buf.fill(0);
+        if installed {
             slice.stats.pages_prefetched.fetch_add(1, Ordering::Relaxed);
         }
         set_bit(&slice.installed, page);
-        buf.fill(0);
+    }
+
+    /// Wakes whoever waits on the fault at `addr` without installing anything:
+    /// the access retries and faults again if the page is still missing.
+    fn wake(&self, addr: u64) {
+        if let Err(e) = self.uffd.wake(addr, PAGE_U64) {
+            log::error!("pmo: wake {addr:#x}: {e}");
+        }
     }
 
     /// Installs a page, retrying while the kernel asks us to; true if we put it there.

@@ -437,3 +437,454 @@ fn pages_predicted_from_a_write_are_installed_dirty() {
     assert_eq!(stats.wp_faults.load(Ordering::Relaxed), 1);
     pager.detach(off).unwrap();
 }
+
+/// A pipe through which a thread reads and writes window pages with the
+/// kernel's user copies (`write(2)` from the page, `read(2)` into it), the
+/// way KVM reaches guest memory: a refused (inaccessible) page is an
+/// `EFAULT`, never a signal that would kill the test.
+struct KernelCopy {
+    r: std::os::fd::OwnedFd,
+    w: std::os::fd::OwnedFd,
+}
+
+impl KernelCopy {
+    fn new() -> Self {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe2 fills two fds on success.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: fresh fds owned by nobody else.
+        unsafe {
+            KernelCopy {
+                r: std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+                w: std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+            }
+        }
+    }
+
+    /// Copies `out.len()` bytes from `addr` (window memory) into `out`; Err(errno).
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), i32> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: the kernel reads `out.len()` bytes at `addr` and reports a bad address as EFAULT.
+        let n = unsafe { libc::write(self.w.as_raw_fd(), addr as *const _, out.len()) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
+        }
+        let n = n as usize;
+        // SAFETY: reads back what was just written into our own buffer.
+        let m = unsafe { libc::read(self.r.as_raw_fd(), out.as_mut_ptr().cast(), n) };
+        assert_eq!(m, n as isize, "pipe read back");
+        if n == out.len() {
+            Ok(())
+        } else {
+            Err(libc::EFAULT)
+        }
+    }
+
+    /// Copies `data` to `addr` (window memory); Err(errno).
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), i32> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: our own buffer into our own pipe (far below its capacity).
+        let n = unsafe { libc::write(self.w.as_raw_fd(), data.as_ptr().cast(), data.len()) };
+        assert_eq!(n, data.len() as isize, "pipe write");
+        // SAFETY: the kernel writes at most `data.len()` bytes at `addr` and
+        // reports a bad address as EFAULT.
+        let m = unsafe { libc::read(self.r.as_raw_fd(), addr as *mut _, data.len()) };
+        if m == data.len() as isize {
+            return Ok(());
+        }
+        let err = if m < 0 {
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+        } else {
+            libc::EFAULT
+        };
+        // Drain what the failed copy left in the pipe.
+        let left = data.len() - m.max(0) as usize;
+        let mut sink = vec![0u8; left];
+        // SAFETY: reads into our own buffer.
+        let k = unsafe { libc::read(self.r.as_raw_fd(), sink.as_mut_ptr().cast(), left) };
+        assert_eq!(k, left as isize, "pipe drain");
+        Err(err)
+    }
+}
+
+/// xorshift64: a small deterministic generator for the stress tests.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Byte of every page of the attachment the stress test detaches (A)...
+const A_BYTE: u8 = 0xa5;
+/// ...and of the one it attaches next over the same range (B).
+const B_BYTE: u8 = 0x5b;
+
+/// A page source whose fills take a variable time: most of them wait until
+/// the test releases them (after it detached the attachment and attached the
+/// next one over the same range), so a fill is in flight across detach and
+/// attach in every cycle. Some fills fail verification (refused pages).
+struct SlowSource {
+    byte: u8,
+    writable: bool,
+    refuse_one_in: u64,
+    /// Fills running now.
+    active: AtomicU64,
+    released: AtomicBool,
+    rng: Mutex<Rng>,
+}
+
+impl SlowSource {
+    fn new(byte: u8, writable: bool, refuse_one_in: u64, seed: u64) -> Self {
+        SlowSource {
+            byte,
+            writable,
+            refuse_one_in,
+            active: AtomicU64::new(0),
+            released: AtomicBool::new(false),
+            rng: Mutex::new(Rng(seed | 1)),
+        }
+    }
+}
+
+impl PageSource for SlowSource {
+    fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError> {
+        self.active.fetch_add(1, Ordering::SeqCst);
+        let r = self.rng.lock().unwrap().next();
+        // Three in four fills wait for the release; the others take a short, random time.
+        // Both waits are bounded, so a fill never hangs the test.
+        let quick = r.is_multiple_of(4);
+        let spins = if quick { r % 64 } else { 1 << 22 };
+        for _ in 0..spins {
+            if !quick && self.released.load(Ordering::SeqCst) {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        let refuse = self.refuse_one_in != 0 && (r >> 8).is_multiple_of(self.refuse_one_in);
+        if !refuse {
+            out.fill(self.byte);
+            out[..8].copy_from_slice(&page.to_le_bytes());
+        }
+        self.active.fetch_sub(1, Ordering::SeqCst);
+        if refuse {
+            return Err(FillError::Integrity(page));
+        }
+        Ok(())
+    }
+    fn writable(&self) -> bool {
+        self.writable
+    }
+}
+
+/// What the page at `addr` of attachment B should hold, or why it does not.
+fn check_b_page(kc: &KernelCopy, addr: u64, page: u64) -> Result<(), String> {
+    let mut got = vec![0u8; PAGE];
+    kc.read(addr, &mut got).map_err(|e| {
+        format!("page {page} of B is inaccessible (errno {e}): A's refusal landed in B")
+    })?;
+    if got[8..].contains(&A_BYTE) {
+        return Err(format!("page {page} of B holds A's plaintext"));
+    }
+    if u64::from_le_bytes(got[..8].try_into().unwrap()) != page
+        || got[8..].iter().any(|&b| b != B_BYTE)
+    {
+        return Err(format!(
+            "page {page} of B does not hold B's data: {:02x?}",
+            &got[..16]
+        ));
+    }
+    Ok(())
+}
+
+/// Detach of attachment A while its fills (demand faults, prefetches,
+/// triggers, refusals) are in flight, then attach of B over the same range:
+/// nothing A's fills do may land in B. B must read exactly its own data
+/// (never A's plaintext, never a zero page, never an inaccessible page), and
+/// every write to B must be seen by its dirty tracking.
+#[test]
+fn detach_racing_fills_never_leaks_plaintext_into_the_next_attachment() {
+    const NPAGES: u64 = 4;
+    const TOUCHERS: usize = 2;
+    let cycles: u64 = std::env::var("PMO_RACE_CYCLES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
+    // The window is exactly one attachment: A and B always share the range.
+    let pager = Pager::new(NPAGES * PAGE_U64, 2).unwrap();
+    let base = pager.host_addr();
+    let stop = AtomicBool::new(false);
+    // The cycle the touchers are asked to touch A in...
+    let epoch = AtomicU64::new(0);
+    // ...and the last cycle each toucher finished its reads in (a read
+    // returns only once its fault was served).
+    let done: Vec<AtomicU64> = (0..TOUCHERS).map(|_| AtomicU64::new(0)).collect();
+    let mut raced = 0u64;
+    let current_a: Mutex<Option<Arc<SlowSource>>> = Mutex::new(None);
+    std::thread::scope(|s| {
+        let mut touchers = Vec::new();
+        for (t, done) in done.iter().enumerate() {
+            let (stop, epoch) = (&stop, &epoch);
+            let h = s.spawn(move || {
+                let kc = KernelCopy::new();
+                let mut rng = Rng(0x1234_5678 + t as u64);
+                let mut word = [0u8; 8];
+                let mut last = 0;
+                // Touchers idle between cycles so the test spends its CPU on races.
+                while !stop.load(Ordering::SeqCst) {
+                    let e = epoch.load(Ordering::SeqCst);
+                    if e == last {
+                        std::thread::park();
+                        continue;
+                    }
+                    last = e;
+                    // Two reads like a vCPU's: the first faults on A; the
+                    // second lands in A, the free window or B, depending on
+                    // how far the controller got meanwhile. A refused page of
+                    // A is an EFAULT here, as for a vCPU.
+                    for _ in 0..2 {
+                        let p = rng.next() % NPAGES;
+                        let _ = kc.read(base + p * PAGE_U64 + 8, &mut word);
+                    }
+                    done.store(e, Ordering::SeqCst);
+                }
+            });
+            touchers.push(h.thread().clone());
+        }
+        let kc = KernelCopy::new();
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let outcome = (|| -> Result<(), String> {
+            for cycle in 0..cycles {
+                let a = Arc::new(SlowSource::new(A_BYTE, false, 8, rng.next()));
+                *current_a.lock().unwrap() = Some(a.clone());
+                let (off, _) = pager.attach(a.clone(), NPAGES).map_err(|e| e.to_string())?;
+                assert_eq!(off, 0);
+                if rng.next().is_multiple_of(2) {
+                    let p = pmo_policies::predictor_from_name("stream:2").unwrap();
+                    pager.set_predictor(off, Some(p)).unwrap();
+                }
+                epoch.store(cycle + 1, Ordering::SeqCst);
+                for t in &touchers {
+                    t.unpark();
+                }
+                // Touchers fault on A within microseconds. Rarely every page
+                // of A is resolved at once (quick fills, refusals): no race then.
+                let slice = pager.slice_at(off).map_err(|e| e.to_string())?;
+                let resolved = |p: u64| {
+                    test_bit(&slice.installed, p) || slice.poisoned.lock().unwrap().contains(&p)
+                };
+                wait_for("a fill of A in flight", || {
+                    a.active.load(Ordering::SeqCst) > 0
+                        || (0..NPAGES).all(resolved)
+                        || done.iter().all(|d| d.load(Ordering::SeqCst) == cycle + 1)
+                });
+                if a.active.load(Ordering::SeqCst) > 0 {
+                    raced += 1;
+                }
+                drop(slice);
+                // Sometimes the fill ends before the detach, mostly after B is attached.
+                let early = rng.next().is_multiple_of(8);
+                if early {
+                    a.released.store(true, Ordering::SeqCst);
+                }
+                pager.detach(off).map_err(|e| e.to_string())?;
+                let b = Arc::new(SlowSource::new(B_BYTE, true, 0, rng.next()));
+                b.released.store(true, Ordering::SeqCst);
+                let (off_b, _) = pager.attach(b, NPAGES).map_err(|e| e.to_string())?;
+                assert_eq!(off_b, 0, "B reuses A's range");
+                a.released.store(true, Ordering::SeqCst);
+                // Let every read that was waiting on A finish: its fault was
+                // served (by A's late install, or it retried into B).
+                wait_for("the touchers' pending reads", || {
+                    done.iter().all(|d| d.load(Ordering::SeqCst) == cycle + 1)
+                });
+                for p in 0..NPAGES {
+                    check_b_page(&kc, base + off_b + p * PAGE_U64, p)
+                        .map_err(|e| format!("cycle {cycle}: {e}"))?;
+                }
+                for p in 0..NPAGES {
+                    kc.write(base + off_b + p * PAGE_U64 + 16, &[0xee])
+                        .map_err(|e| format!("cycle {cycle}: write to page {p} of B: errno {e}"))?;
+                }
+                let mut dirty = Vec::new();
+                pager
+                    .collect_dirty(off_b, |pages| {
+                        dirty = pages.iter().map(|(p, _)| *p).collect();
+                        Ok::<_, ()>(())
+                    })
+                    .map_err(|e| e.to_string())?
+                    .map_err(|()| "psync sink".to_string())?;
+                if dirty != (0..NPAGES).collect::<Vec<_>>() {
+                    return Err(format!(
+                        "cycle {cycle}: B's writes to pages 0..{NPAGES} left dirty set {dirty:?}"
+                    ));
+                }
+                pager.detach(off_b).map_err(|e| e.to_string())?;
+                if pager.refused_pages() != 0 {
+                    return Err(format!(
+                        "cycle {cycle}: {} refused pages left after both detached",
+                        pager.refused_pages()
+                    ));
+                }
+            }
+            Ok(())
+        })();
+        stop.store(true, Ordering::SeqCst);
+        // Let a toucher still waiting on a fill of A finish (its fill is bounded anyway).
+        if let Some(a) = current_a.lock().unwrap().take() {
+            a.released.store(true, Ordering::SeqCst);
+        }
+        for t in &touchers {
+            t.unpark();
+        }
+        if let Err(e) = outcome {
+            panic!("{e} (after {raced} raced cycles)");
+        }
+    });
+    eprintln!("{cycles} detach/attach cycles, {raced} with a fill of A in flight at detach");
+    assert!(
+        raced * 10 >= cycles * 9,
+        "only {raced} of {cycles} cycles raced a fill of A against its detach"
+    );
+}
+
+/// A psync that looked its attachment up before a detach must not take the
+/// dirty pages of the attachment that reuses the offset after it.
+#[test]
+fn psync_of_a_detached_attachment_never_takes_the_next_ones_pages() {
+    let pager = Pager::new(4 * PAGE_U64, 1).unwrap();
+    let src = || {
+        Arc::new(Pattern {
+            writable: true,
+            bad_page: None,
+        })
+    };
+    let (a, a_stats) = pager.attach(src(), 4).unwrap();
+    pager.detach(a).unwrap();
+    let (b, b_stats) = pager.attach(src(), 4).unwrap();
+    assert_eq!(a, b, "B reuses A's offset");
+    // SAFETY: a write into B's attached, writable slice.
+    unsafe { std::ptr::write_volatile((pager.host_addr() + b + 8) as *mut u64, 7) };
+    let mut handed = 0;
+    let r = pager.collect_dirty_of(a, &a_stats, |pages| {
+        handed += pages.len();
+        Ok::<_, ()>(())
+    });
+    assert!(matches!(r, Err(PagerError::NoSlice(_))), "A's psync fails");
+    assert_eq!(handed, 0, "and hands none of B's pages over");
+    let got = pager
+        .collect_dirty_of(b, &b_stats, |pages| {
+            assert_eq!(pages[0].0, 0);
+            Ok::<_, ()>(())
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, 1, "B's own psync still finds its page");
+}
+
+/// A [`Pattern`] that records what the pager reports about failed pages.
+struct Reporting {
+    inner: Pattern,
+    failed: Mutex<Vec<(u64, Detected)>>,
+}
+
+impl PageSource for Reporting {
+    fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError> {
+        self.inner.fill(page, out)
+    }
+    fn writable(&self) -> bool {
+        self.inner.writable
+    }
+    fn page_failed(&self, page: u64, _error: &FillError, how: Detected) {
+        self.failed.lock().unwrap().push((page, how));
+    }
+}
+
+fn reporting(bad_page: u64) -> Arc<Reporting> {
+    Arc::new(Reporting {
+        inner: Pattern {
+            writable: true,
+            bad_page: Some(bad_page),
+        },
+        failed: Mutex::new(Vec::new()),
+    })
+}
+
+/// Every failed page is reported to the attachment's owner (refused to an
+/// access, or found bad ahead by a prefetch), and a refused page never
+/// reaches psync: not when the refused access was a write, not after it is
+/// served as zeros (which a kernel write into it may then fill).
+#[test]
+fn failed_pages_are_reported_and_never_psynced() {
+    let pager = Pager::new(64 * PAGE_U64, 1).unwrap();
+    let src = reporting(3);
+    let (off, stats) = pager.attach(src.clone(), 8).unwrap();
+    let base = pager.host_addr() + off;
+    let mut buf = Box::new([0u8; PAGE]);
+    // A write fault on the bad page (a vCPU's store): refused, reported once.
+    for tid in [1, 2] {
+        pager.handle(
+            Fault {
+                address: base + 3 * PAGE_U64,
+                write: true,
+                wp: false,
+                tid,
+            },
+            &mut buf,
+        );
+    }
+    assert_eq!(*src.failed.lock().unwrap(), [(3, Detected::OnAccess)]);
+    assert_eq!(
+        stats.integrity_failures.load(Ordering::Relaxed),
+        2,
+        "each failed fill counts"
+    );
+    // SAFETY: a write into an attached, writable, good page.
+    unsafe { std::ptr::write_volatile((base + PAGE_U64 + 8) as *mut u64, 9) };
+    let dirty = |pager: &Pager| {
+        let mut got = Vec::new();
+        pager
+            .collect_dirty(off, |pages| {
+                got = pages.iter().map(|(p, _)| *p).collect();
+                Ok::<_, ()>(())
+            })
+            .unwrap()
+            .unwrap();
+        got
+    };
+    assert_eq!(dirty(&pager), [1], "the refused write left page 3 clean");
+    // Served as zeros, the page takes a write (a guest kernel's copy into it
+    // completes) but still never reaches psync.
+    assert_eq!(pager.zero_refused(), 1);
+    let kc = KernelCopy::new();
+    kc.write(base + 3 * PAGE_U64 + 8, &[1, 2, 3]).unwrap();
+    let mut got = [0u8; 3];
+    kc.read(base + 3 * PAGE_U64 + 8, &mut got).unwrap();
+    assert_eq!(got, [1, 2, 3]);
+    pager.slice_at(off).unwrap().mark_dirty(3);
+    assert_eq!(dirty(&pager), Vec::<u64>::new());
+    assert_eq!(src.failed.lock().unwrap().len(), 1, "no further reports");
+    pager.detach(off).unwrap();
+    assert_eq!(pager.refused_pages(), 0);
+
+    // A prefetch finding a bad page reports it ahead, once, and refuses nothing.
+    let src = reporting(2);
+    let (off, stats) = pager.attach(src.clone(), 32).unwrap();
+    let predictor = pmo_policies::predictor_from_name("stream:4").unwrap();
+    pager.set_predictor(off, Some(predictor)).unwrap();
+    assert_eq!(read_u64(pager.host_addr() + off), 0);
+    wait_for("page 2 reported", || !src.failed.lock().unwrap().is_empty());
+    assert_eq!(*src.failed.lock().unwrap(), [(2, Detected::Ahead)]);
+    assert_eq!(stats.integrity_failures.load(Ordering::Relaxed), 1);
+    assert_eq!(pager.refused_pages(), 0);
+    // Page 1 was predicted with it; predicting page 2 again (a fault on 1
+    // would) does not refill or re-report it.
+    assert_eq!(read_u64(pager.host_addr() + off + PAGE_U64), 1);
+    assert_eq!(read_u64(pager.host_addr() + off + 4 * PAGE_U64), 4);
+    assert_eq!(src.failed.lock().unwrap().len(), 1);
+    pager.detach(off).unwrap();
+}
