@@ -381,6 +381,8 @@ pub struct Pager {
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Feeds the prefetch worker; dropped at shutdown to stop it.
     prefetch: Mutex<Option<PrefetchQueue>>,
+    /// Predicted pages queued for the prefetch worker and not yet handled.
+    prefetch_backlog: AtomicU64,
 }
 
 impl Pager {
@@ -403,6 +405,7 @@ impl Pager {
                 .map_err(PagerError::EventFd)?,
             threads: Mutex::new(Vec::new()),
             prefetch: Mutex::new(None),
+            prefetch_backlog: AtomicU64::new(0),
         });
         let (tx, rx) = std::sync::mpsc::sync_channel(PREFETCH_BACKLOG);
         *pager.prefetch.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
@@ -1005,7 +1008,9 @@ impl Pager {
                 writing: write,
             };
             // A full backlog drops the prediction: prefetch never delays a fault.
+            self.prefetch_backlog.fetch_add(1, Ordering::AcqRel);
             if tx.as_ref().is_none_or(|tx| tx.try_send(job).is_err()) {
+                self.prefetch_backlog.fetch_sub(1, Ordering::AcqRel);
                 for &q in &pages[i..] {
                     clear_bit(&slice.predicted, q);
                 }
@@ -1102,6 +1107,13 @@ impl Pager {
         }
     }
 
+    /// Predicted pages queued for the prefetch worker and not handled yet: 0 means every
+    /// prediction made so far has been installed, staged or dropped (what a test or harness
+    /// waits for before it compares).
+    pub fn prefetch_backlog(&self) -> u64 {
+        self.prefetch_backlog.load(Ordering::Acquire)
+    }
+
     /// Pages of the attachment at `offset` that failed verification so far.
     pub fn poisoned_pages(&self, offset: u64) -> Result<Vec<u64>, PagerError> {
         Ok(self
@@ -1188,6 +1200,7 @@ fn prefetch_worker(pager: std::sync::Weak<Pager>, rx: std::sync::mpsc::Receiver<
     while let Ok(job) = rx.recv() {
         let Some(p) = pager.upgrade() else { return };
         p.prefetch_page(&job.slice, &job, &mut buf);
+        p.prefetch_backlog.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
