@@ -244,6 +244,15 @@ pub struct PmoService {
     events: Arc<EventSink>,
     kill_hook: KillHook,
     predictor: Option<String>,
+    /// The PMO names and sizes LIST walks, as of a store catalog version: a guest listing
+    /// n PMOs one index at a time costs n lookups, not n sorted copies of the catalog.
+    list_snapshot: Mutex<Option<ListSnapshot>>,
+}
+
+/// PMO names and sizes in name order, and the catalog version they are of.
+struct ListSnapshot {
+    version: u64,
+    entries: Arc<Vec<(String, u64)>>,
 }
 
 fn store_status(e: &StoreError) -> Status {
@@ -292,6 +301,7 @@ impl PmoService {
             }),
             kill_hook,
             predictor: cfg.predictor.clone(),
+            list_snapshot: Mutex::new(None),
         }))
     }
 
@@ -553,20 +563,43 @@ impl PmoService {
         Ok(v)
     }
 
+    /// The catalog as LIST sees it: rebuilt only when a create or destroy changed it.
+    fn list_entries(&self) -> Arc<Vec<(String, u64)>> {
+        // Read the version first: a change racing the rebuild leaves a snapshot tagged older
+        // than its contents, which only costs one more rebuild.
+        let version = self.store.catalog_version();
+        let mut snap = self.list_snapshot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = snap.as_ref().filter(|s| s.version == version) {
+            return s.entries.clone();
+        }
+        let entries: Arc<Vec<(String, u64)>> = Arc::new(
+            self.store
+                .list()
+                .into_iter()
+                .map(|i| (i.name, i.size))
+                .collect(),
+        );
+        *snap = Some(ListSnapshot {
+            version,
+            entries: entries.clone(),
+        });
+        entries
+    }
+
     fn list(&self, index: u32) -> Result<Vec<u8>, Status> {
-        let list = self.store.list();
-        let info = list.get(index as usize).ok_or(Status::NoEnt)?;
+        let list = self.list_entries();
+        let (name, size) = list.get(index as usize).ok_or(Status::NoEnt)?;
         let attached = self
             .attachments
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .values()
-            .filter(|a| a.name == info.name)
+            .filter(|a| a.name == *name)
             .map(|a| if a.perm == Perm::Write { 2u32 } else { 1 })
             .max()
             .unwrap_or(0);
-        let mut v = proto::name_field(&info.name).to_vec();
-        v.extend_from_slice(&info.size.to_le_bytes());
+        let mut v = proto::name_field(name).to_vec();
+        v.extend_from_slice(&size.to_le_bytes());
         v.extend_from_slice(&attached.to_le_bytes());
         let more = u32::from((index as usize + 1) < list.len());
         v.extend_from_slice(&more.to_le_bytes());

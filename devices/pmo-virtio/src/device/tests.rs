@@ -187,6 +187,45 @@ fn wrong_key_maps_nothing() {
     assert!(s.attachments.lock().unwrap().is_empty());
 }
 
+/// LIST walks a snapshot of the catalog that a create or destroy replaces: every index answers
+/// the PMO of that rank in name order, NoEnt past the end, and `more` is set on all but the last.
+#[test]
+fn list_follows_creates_and_destroys() {
+    let d = tmp("list");
+    let s = service(&d.0);
+    let names = |s: &PmoService| {
+        let mut v = Vec::new();
+        for i in 0u32.. {
+            let (st, body) = call(s, crate::proto::OP_LIST, &i.to_le_bytes());
+            if st == Status::NoEnt {
+                break;
+            }
+            assert_eq!(st, Status::Ok);
+            let n = body.iter().position(|b| *b == 0).unwrap();
+            let more = u32::from_le_bytes(body[body.len() - 4..].try_into().unwrap());
+            v.push((String::from_utf8(body[..n].to_vec()).unwrap(), more));
+        }
+        v
+    };
+    assert!(names(&s).is_empty());
+    for n in ["c", "a", "b"] {
+        assert_eq!(create(&s, n, 4096, b"k"), Status::Ok);
+    }
+    let want = |v: &[&str]| -> Vec<(String, u32)> {
+        v.iter()
+            .enumerate()
+            .map(|(i, n)| (n.to_string(), u32::from(i + 1 < v.len())))
+            .collect()
+    };
+    assert_eq!(names(&s), want(&["a", "b", "c"]));
+    let mut p = name_field("b").to_vec();
+    p.extend_from_slice(&key_field(b"k"));
+    assert_eq!(call(&s, OP_DESTROY, &p).0, Status::Ok);
+    assert_eq!(names(&s), want(&["a", "c"]));
+    assert_eq!(create(&s, "0", 4096, b"k"), Status::Ok);
+    assert_eq!(names(&s), want(&["0", "a", "c"]));
+}
+
 #[test]
 fn hostile_requests_get_error_statuses() {
     let d = tmp("hostile");
