@@ -47,6 +47,14 @@ fn peek(x: &Expander, dpa: u64, len: usize) -> Vec<u8> {
     v
 }
 
+/// Loads one byte through the mapping, a load the compiler must keep (a
+/// `peek` whose result is dropped is a dead load that release builds remove).
+fn touch(x: &Expander, dpa: u64) -> u8 {
+    assert!(dpa < x.size());
+    // SAFETY (test): as in `poke`.
+    unsafe { std::ptr::read_volatile((x.host_addr() + dpa) as *const u8) }
+}
+
 fn count(hay: &[u8], needle: &[u8]) -> usize {
     hay.windows(needle.len()).filter(|w| *w == needle).count()
 }
@@ -322,45 +330,110 @@ fn pmo_store_on_a_keyed_cxl_medium() {
     }
 }
 
+/// Hang guard for tests that wait for another thread's progress: passing
+/// never depends on it, it only turns a stuck thread into a failure.
+const WATCHDOG: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// A writer streams into blocks that another thread keeps evicting (one
 /// 2-way set): a write that lands between copying a victim out and
 /// dropping it would be lost unless the victim is write-protected first.
+///
+/// The race is driven until it has happened, not for a fixed time: pass
+/// after pass the writer stores every slot once more (new values) while
+/// the reader evicts, every slot is checked after each pass, and the test
+/// ends once [`ExpanderCounters::raced_evictions`] (stores the eviction's
+/// write-protect held back) reaches a target. The reader runs at most two
+/// misses ahead of the writer's stores, so it cannot starve the writer on
+/// the set lock; every reader access is a miss that evicts the set's least
+/// recently filled block, so the block being written is evicted every
+/// other miss. How far apart the writer spreads its stores (a random spin
+/// between them) doubles after a pass without a race, so whatever the
+/// relative speed of the threads (a release build, a loaded machine) the
+/// stores come to overlap the evictions. Passes are bounded; the
+/// wall-clock watchdog is only a hang guard.
+///
+/// (It used to spin a fixed 200 times between stores and assert that more
+/// than 32 evictions happened meanwhile: it failed every release run,
+/// whose optimizer dropped the evicting thread's unused loads, and its
+/// debug passes depended on how fast the two threads ran.)
+///
+/// [`ExpanderCounters::raced_evictions`]: cxl_t3::expander::ExpanderCounters
 #[test]
 fn writes_racing_evictions_are_not_lost() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     const WBLOCKS: u64 = 32;
+    /// One u64 per 64-byte line: 64 stores per block, 2048 per pass.
+    const LINE: u64 = 64;
+    const SLOTS: u64 = WBLOCKS * BLOCK / LINE;
+    const TARGET_RACES: u64 = 16;
+    const MAX_PASSES: u64 = 40;
     let path = tmp("race");
     let mut cfg = config(path.clone(), 64 * BLOCK, 2, 2);
     cfg.media_latency_ns = 30_000;
     let x = Expander::open(&cfg).unwrap();
-    let done = std::sync::atomic::AtomicBool::new(false);
-    std::thread::scope(|s| {
-        let (x, done) = (&x, &done);
-        s.spawn(move || {
-            let mut b = 0;
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                let _ = peek(x, (WBLOCKS + b % 16) * BLOCK, 1);
-                b += 1;
-            }
-        });
-        s.spawn(move || {
-            for slot in 0..WBLOCKS * BLOCK / 8 {
-                poke(x, slot * 8, &(slot + 1).to_le_bytes());
-                // Slow enough that blocks are evicted while being written.
-                for _ in 0..200 {
-                    std::hint::spin_loop();
+    assert_eq!(x.geometry(), (1, 2), "one 2-way set");
+    let deadline = std::time::Instant::now() + WATCHDOG;
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut spread = 16u64;
+    let mut raced = 0;
+    let mut passes = 0;
+    while raced < TARGET_RACES && passes < MAX_PASSES {
+        passes += 1;
+        let before = x.counters().raced_evictions;
+        let done = AtomicBool::new(false);
+        let stores = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            let (x, done, stores) = (&x, &done, &stores);
+            s.spawn(move || {
+                let mut misses = 0u64;
+                while !done.load(Ordering::Acquire) {
+                    if misses >= 2 * (stores.load(Ordering::Acquire) + 1) {
+                        assert!(
+                            std::time::Instant::now() < deadline,
+                            "hang guard: the writer made no progress"
+                        );
+                        std::hint::spin_loop();
+                        continue;
+                    }
+                    touch(x, (WBLOCKS + misses % 16) * BLOCK);
+                    misses += 1;
                 }
-            }
-            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            });
+            s.spawn(move || {
+                for slot in 0..SLOTS {
+                    poke(x, slot * LINE, &((passes << 32) | slot).to_le_bytes());
+                    stores.fetch_add(1, Ordering::Release);
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    for _ in 0..rng % spread {
+                        std::hint::spin_loop();
+                    }
+                }
+                done.store(true, Ordering::Release);
+            });
         });
-    });
-    assert!(x.stats().evictions > WBLOCKS);
-    let mut lost = 0;
-    for slot in 0..WBLOCKS * BLOCK / 8 {
-        if peek(&x, slot * 8, 8) != (slot + 1).to_le_bytes() {
-            lost += 1;
+        let lost = (0..SLOTS)
+            .filter(|&slot| peek(&x, slot * LINE, 8) != ((passes << 32) | slot).to_le_bytes())
+            .count();
+        assert_eq!(lost, 0, "writes lost under eviction in pass {passes}");
+        let now = x.counters().raced_evictions - before;
+        raced += now;
+        if now == 0 {
+            spread = (spread * 2).min(1 << 22);
         }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "hang guard: {passes} passes"
+        );
     }
-    assert_eq!(lost, 0, "writes lost under eviction");
+    let st = x.stats();
+    assert!(
+        raced >= TARGET_RACES,
+        "the race was not driven: {raced} raced evictions in {passes} passes \
+         (spread {spread}); {st:?}"
+    );
+    eprintln!("raced evictions: {raced} in {passes} passes (spread {spread}); {st:?}");
     drop(x);
     let _ = std::fs::remove_file(&path);
 }
