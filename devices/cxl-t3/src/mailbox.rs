@@ -90,6 +90,17 @@ pub trait Health: Send {
     fn dirty_shutdown_count(&self) -> u32;
 }
 
+/// A fixed Dirty Shutdown Count: for tests and fuzz targets, which build a
+/// device with `DeviceRegs::manual(Commands::new(size, MemLsa::new(..),
+/// Box::new(FixedHealth(0))))` and need no files or threads.
+pub struct FixedHealth(pub u32);
+
+impl Health for FixedHealth {
+    fn dirty_shutdown_count(&self) -> u32 {
+        self.0
+    }
+}
+
 /// What the commands answer from: the device's identity, LSA and health.
 pub struct Commands {
     /// Persistent capacity in bytes (a multiple of [`CAPACITY_UNIT`]).

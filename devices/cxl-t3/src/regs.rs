@@ -210,19 +210,16 @@ mod tests {
     use super::*;
     use crate::hdm::{CTRL_COMMIT, CTRL_COMMITTED};
     use crate::lsa::MemLsa;
-    use crate::mailbox::{Health, GET_LSA, MB_CMD, MB_CTRL, MB_PAYLOAD, MB_STATUS, SET_LSA};
+    use crate::mailbox::{FixedHealth, GET_LSA, MB_CMD, MB_CTRL, MB_PAYLOAD, MB_STATUS, SET_LSA};
     use proptest::prelude::*;
-
-    struct Clean;
-    impl Health for Clean {
-        fn dirty_shutdown_count(&self) -> u32 {
-            0
-        }
-    }
 
     /// A 1 GiB device with a manual mailbox over a memory LSA.
     fn regs() -> DeviceRegs {
-        DeviceRegs::manual(Commands::new(1 << 30, MemLsa::new(4096), Box::new(Clean)))
+        DeviceRegs::manual(Commands::new(
+            1 << 30,
+            MemLsa::new(4096),
+            Box::new(FixedHealth(0)),
+        ))
     }
 
     fn r32(r: &DeviceRegs, o: u64) -> u32 {
