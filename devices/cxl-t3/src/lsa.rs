@@ -1,10 +1,15 @@
 //! The label storage area: a small persistent byte array in a host file
 //! where the guest's nvdimm core keeps its namespace labels, so a region's
 //! namespaces are found again after the VMM restarts.
+//!
+//! The mailbox reaches it through [`LabelArea`], so a test can stand in an
+//! area that holds a command at a chosen point and a fuzz target can run on
+//! [`MemLsa`] without files.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// Size of a new LSA, as QEMU and most devices use.
 pub const DEFAULT_LSA_SIZE: u64 = 128 << 10;
@@ -26,7 +31,73 @@ pub enum LsaError {
     Bounds { offset: u64, len: u64, size: u64 },
 }
 
-/// An open label storage area.
+/// What the mailbox's label commands need from a label storage area.
+/// Accesses may block on the host's disk: the mailbox calls them from its
+/// worker thread, never from a vCPU.
+pub trait LabelArea: Send {
+    /// Size in bytes (IDENTIFY reports it).
+    fn size(&self) -> u64;
+    /// Reads `len` bytes at `offset`; [`LsaError::Bounds`] outside the area.
+    fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>, LsaError>;
+    /// Writes `data` at `offset`; durable once [`LabelArea::sync`] returns.
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), LsaError>;
+    /// Makes every write so far durable.
+    fn sync(&self) -> Result<(), LsaError>;
+}
+
+fn check_bounds(size: u64, offset: u64, len: u64) -> Result<(), LsaError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(LsaError::Bounds { offset, len, size }),
+    }
+}
+
+/// A label area in memory: for tests and fuzz targets. Clones share the
+/// bytes, so a test can look at what the guest wrote.
+#[derive(Clone, Debug)]
+pub struct MemLsa {
+    bytes: Arc<Mutex<Vec<u8>>>,
+}
+
+impl MemLsa {
+    /// `size` zero bytes.
+    pub fn new(size: usize) -> Self {
+        MemLsa {
+            bytes: Arc::new(Mutex::new(vec![0; size])),
+        }
+    }
+
+    /// A copy of the current contents.
+    pub fn contents(&self) -> Vec<u8> {
+        self.bytes.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl LabelArea for MemLsa {
+    fn size(&self) -> u64 {
+        self.bytes.lock().unwrap_or_else(|e| e.into_inner()).len() as u64
+    }
+
+    fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>, LsaError> {
+        let b = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
+        check_bounds(b.len() as u64, offset, len)?;
+        // In bounds of a Vec, so both fit in usize.
+        Ok(b[offset as usize..(offset + len) as usize].to_vec())
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), LsaError> {
+        let mut b = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
+        check_bounds(b.len() as u64, offset, data.len() as u64)?;
+        b[offset as usize..offset as usize + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), LsaError> {
+        Ok(())
+    }
+}
+
+/// An open label storage area in a host file.
 pub struct Lsa {
     file: File,
     path: PathBuf,
@@ -68,14 +139,7 @@ impl Lsa {
     }
 
     fn check(&self, offset: u64, len: u64) -> Result<(), LsaError> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.size => Ok(()),
-            _ => Err(LsaError::Bounds {
-                offset,
-                len,
-                size: self.size,
-            }),
-        }
+        check_bounds(self.size, offset, len)
     }
 
     /// Reads `len` bytes at `offset`.
@@ -108,6 +172,21 @@ impl Lsa {
             path: self.path.clone(),
             source,
         })
+    }
+}
+
+impl LabelArea for Lsa {
+    fn size(&self) -> u64 {
+        Lsa::size(self)
+    }
+    fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>, LsaError> {
+        Lsa::read(self, offset, len)
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), LsaError> {
+        Lsa::write(self, offset, data)
+    }
+    fn sync(&self) -> Result<(), LsaError> {
+        Lsa::sync(self)
     }
 }
 
@@ -152,5 +231,23 @@ mod tests {
             .unwrap();
         assert!(matches!(Lsa::open(&p), Err(LsaError::Size(_))));
         std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn memory_area_is_bounded_like_the_file() {
+        let m = MemLsa::new(16);
+        m.write(10, b"abcdef").unwrap();
+        assert_eq!(m.read(10, 6).unwrap(), b"abcdef");
+        assert_eq!(&m.contents()[10..], b"abcdef");
+        assert!(matches!(m.read(11, 6), Err(LsaError::Bounds { .. })));
+        assert!(matches!(
+            m.write(u64::MAX, b"x"),
+            Err(LsaError::Bounds { .. })
+        ));
+        assert!(matches!(
+            m.read(u64::MAX, u64::MAX),
+            Err(LsaError::Bounds { .. })
+        ));
+        assert_eq!(LabelArea::size(&m), 16);
     }
 }

@@ -1,11 +1,24 @@
 //! The primary mailbox: its registers and the commands it executes.
 //!
-//! A command runs synchronously inside the MMIO write that rings the
-//! doorbell, so the doorbell is already clear when the driver first polls
-//! it. Every input field is checked before use: a malformed command gets a
+//! Ringing the doorbell never runs a command inside the MMIO write (a
+//! vCPU's exit): the write copies the command out and hands it to the
+//! mailbox's worker thread, and the doorbell bit stays set until the worker
+//! has put the output payload, the command register's output length and
+//! the return code in place, then clears it. That is the mailbox's own
+//! protocol (CXL 2.0 8.2.8.4: the caller polls the doorbell; the device
+//! owns the registers while it is set), so a command that does disk I/O
+//! (GET/SET_LSA, whose `fdatasync` can take long on a busy host) keeps the
+//! vCPU only as long as a register copy. Linux polls the doorbell for up to
+//! 2 s. Writes to the mailbox while the doorbell is set are ignored.
+//!
+//! Every input field is checked before use: a malformed command gets a
 //! return code (Invalid Input, Unsupported), never a panic.
 
-use crate::lsa::Lsa;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use crate::lsa::LabelArea;
 
 /// Payload area size: 2^11 = 2 KiB (Linux wants at least 256 bytes).
 pub const PAYLOAD_SHIFT: u32 = 11;
@@ -77,11 +90,22 @@ pub trait Health: Send {
     fn dirty_shutdown_count(&self) -> u32;
 }
 
+/// A fixed Dirty Shutdown Count: for tests and fuzz targets, which build a
+/// device with `DeviceRegs::manual(Commands::new(size, MemLsa::new(..),
+/// Box::new(FixedHealth(0))))` and need no files or threads.
+pub struct FixedHealth(pub u32);
+
+impl Health for FixedHealth {
+    fn dirty_shutdown_count(&self) -> u32 {
+        self.0
+    }
+}
+
 /// What the commands answer from: the device's identity, LSA and health.
 pub struct Commands {
     /// Persistent capacity in bytes (a multiple of [`CAPACITY_UNIT`]).
     pub capacity: u64,
-    pub lsa: Lsa,
+    pub lsa: Box<dyn LabelArea>,
     pub health: Box<dyn Health>,
     /// Shutdown state set by the host OS (bit 0: dirty).
     shutdown_state: u8,
@@ -97,10 +121,10 @@ fn le32(b: &[u8], at: usize) -> Option<u32> {
 }
 
 impl Commands {
-    pub fn new(capacity: u64, lsa: Lsa, health: Box<dyn Health>) -> Self {
+    pub fn new(capacity: u64, lsa: impl LabelArea + 'static, health: Box<dyn Health>) -> Self {
         Commands {
             capacity,
-            lsa,
+            lsa: Box::new(lsa),
             health,
             shutdown_state: 0,
         }
@@ -234,40 +258,150 @@ impl Commands {
     }
 }
 
-/// The mailbox registers around a [`Commands`].
-pub struct Mailbox {
-    ctrl: u32,
+/// Errors building a mailbox.
+#[derive(Debug, thiserror::Error)]
+pub enum MailboxError {
+    #[error("mailbox worker thread: {0}")]
+    Spawn(#[from] std::io::Error),
+}
+
+/// The registers the guest sees, shared by the vCPU side and the worker.
+struct Regs {
+    /// The doorbell: set from ringing until the command completed.
+    busy: bool,
     cmd: u64,
     status: u64,
     payload: Box<[u8; PAYLOAD_SIZE]>,
-    pub commands: Commands,
-    out: Vec<u8>,
+}
+
+/// A command copied out of the registers when the doorbell rang.
+struct Job {
+    opcode: u16,
+    input: Vec<u8>,
+}
+
+/// Where commands run.
+enum Exec {
+    /// The device's worker thread (what the VMM uses). `tx` is `None` only
+    /// while dropping.
+    Worker {
+        tx: Option<Sender<Job>>,
+        thread: Option<JoinHandle<()>>,
+    },
+    /// Nowhere until [`Mailbox::run_pending`]: tests and fuzz targets step
+    /// the device without threads.
+    Manual {
+        commands: Box<Commands>,
+        pending: Option<Job>,
+    },
+}
+
+/// The mailbox registers around a [`Commands`].
+pub struct Mailbox {
+    regs: Arc<Mutex<Regs>>,
+    exec: Exec,
+}
+
+fn lock(m: &Mutex<Regs>) -> MutexGuard<'_, Regs> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Puts a finished command's result in the registers and clears the
+/// doorbell (last, under the same lock: a guest that sees it clear sees the
+/// result).
+fn complete(regs: &Mutex<Regs>, opcode: u16, rc: u16, out: &[u8]) {
+    let mut r = lock(regs);
+    let out_len = if rc == RC_SUCCESS {
+        let n = out.len().min(PAYLOAD_SIZE);
+        r.payload[..n].copy_from_slice(&out[..n]);
+        n
+    } else {
+        0
+    };
+    r.cmd = u64::from(opcode) | ((out_len as u64) << CMD_LEN_SHIFT);
+    r.status = u64::from(rc) << STATUS_RC_SHIFT;
+    r.busy = false;
+}
+
+fn run(commands: &mut Commands, regs: &Mutex<Regs>, job: Job, out: &mut Vec<u8>) {
+    out.clear();
+    let rc = commands.execute(job.opcode, &job.input, out);
+    complete(regs, job.opcode, rc, out);
 }
 
 impl Mailbox {
-    pub fn new(commands: Commands) -> Self {
-        Mailbox {
-            ctrl: 0,
+    /// A mailbox whose commands run on a worker thread of their own.
+    pub fn new(mut commands: Commands) -> Result<Self, MailboxError> {
+        let regs = Arc::new(Mutex::new(Regs {
+            busy: false,
             cmd: 0,
             status: 0,
             payload: Box::new([0; PAYLOAD_SIZE]),
-            commands,
-            out: Vec::with_capacity(PAYLOAD_SIZE),
+        }));
+        let (tx, rx): (Sender<Job>, Receiver<Job>) = mpsc::channel();
+        let shared = regs.clone();
+        let thread = std::thread::Builder::new()
+            .name("cxl-mailbox".into())
+            .spawn(move || {
+                let mut out = Vec::with_capacity(PAYLOAD_SIZE);
+                // Ends when the mailbox drops its sender.
+                for job in rx {
+                    run(&mut commands, &shared, job, &mut out);
+                }
+            })?;
+        Ok(Mailbox {
+            regs,
+            exec: Exec::Worker {
+                tx: Some(tx),
+                thread: Some(thread),
+            },
+        })
+    }
+
+    /// A mailbox without a thread: a rung command waits (doorbell set)
+    /// until [`Mailbox::run_pending`] runs it. For tests and fuzz targets.
+    pub fn manual(commands: Commands) -> Self {
+        Mailbox {
+            regs: Arc::new(Mutex::new(Regs {
+                busy: false,
+                cmd: 0,
+                status: 0,
+                payload: Box::new([0; PAYLOAD_SIZE]),
+            })),
+            exec: Exec::Manual {
+                commands: Box::new(commands),
+                pending: None,
+            },
         }
     }
 
-    fn header(&self) -> [u8; MB_PAYLOAD as usize] {
-        let mut h = [0u8; MB_PAYLOAD as usize];
-        h[0..4].copy_from_slice(&PAYLOAD_SHIFT.to_le_bytes());
-        h[4..8].copy_from_slice(&self.ctrl.to_le_bytes());
-        h[8..16].copy_from_slice(&self.cmd.to_le_bytes());
-        h[16..24].copy_from_slice(&self.status.to_le_bytes());
-        h
+    /// Manual mailbox: runs the command the doorbell queued, if any, and
+    /// says whether there was one. A worker mailbox runs its own: false.
+    pub fn run_pending(&mut self) -> bool {
+        let Exec::Manual { commands, pending } = &mut self.exec else {
+            return false;
+        };
+        let Some(job) = pending.take() else {
+            return false;
+        };
+        let mut out = Vec::new();
+        run(commands, &self.regs, job, &mut out);
+        true
+    }
+
+    /// The doorbell is set: a command is queued or running.
+    pub fn busy(&self) -> bool {
+        lock(&self.regs).busy
     }
 
     /// Reads any 1..8 bytes at `offset`; out-of-range bytes read as zero.
     pub fn read(&self, offset: u64, data: &mut [u8]) {
-        let h = self.header();
+        let r = lock(&self.regs);
+        let mut h = [0u8; MB_PAYLOAD as usize];
+        h[0..4].copy_from_slice(&PAYLOAD_SHIFT.to_le_bytes());
+        h[4..8].copy_from_slice(&u32::from(r.busy).to_le_bytes());
+        h[8..16].copy_from_slice(&r.cmd.to_le_bytes());
+        h[16..24].copy_from_slice(&r.status.to_le_bytes());
         for (i, d) in data.iter_mut().enumerate() {
             let o = offset.saturating_add(i as u64);
             *d = if o < MB_PAYLOAD {
@@ -275,65 +409,93 @@ impl Mailbox {
             } else {
                 usize::try_from(o - MB_PAYLOAD)
                     .ok()
-                    .and_then(|p| self.payload.get(p).copied())
+                    .and_then(|p| r.payload.get(p).copied())
                     .unwrap_or(0)
             };
         }
     }
 
-    /// Writes any 1..8 bytes at `offset`; a write setting the doorbell runs
-    /// the command before it returns.
+    /// Writes any 1..8 bytes at `offset`. A write that sets the doorbell
+    /// hands the command to the worker and returns at once; the doorbell
+    /// reads set until the command completed. While it is set, writes are
+    /// ignored (the device owns the registers).
     pub fn write(&mut self, offset: u64, data: &[u8]) {
-        let mut h = self.header();
-        let mut ring = false;
-        for (i, b) in data.iter().enumerate() {
-            let o = offset.saturating_add(i as u64);
-            if o >= MB_PAYLOAD {
-                if let Some(p) = usize::try_from(o - MB_PAYLOAD)
-                    .ok()
-                    .and_then(|p| self.payload.get_mut(p))
-                {
-                    *p = *b;
-                }
-            } else if (MB_CTRL..MB_STATUS).contains(&o) {
-                h[o as usize] = *b;
-                ring |= o == MB_CTRL && u32::from(*b) & CTRL_DOORBELL != 0;
+        let job = {
+            let mut r = lock(&self.regs);
+            if r.busy {
+                return;
             }
-        }
-        // Doorbell is the only control bit (no interrupts offered).
-        self.ctrl = 0;
-        self.cmd = u64::from_le_bytes(h[8..16].try_into().unwrap_or([0; 8]));
-        if ring {
-            self.run();
+            let mut cmd = r.cmd.to_le_bytes();
+            let mut ring = false;
+            for (i, b) in data.iter().enumerate() {
+                let o = offset.saturating_add(i as u64);
+                if o >= MB_PAYLOAD {
+                    if let Some(p) = usize::try_from(o - MB_PAYLOAD)
+                        .ok()
+                        .and_then(|p| r.payload.get_mut(p))
+                    {
+                        *p = *b;
+                    }
+                } else if (MB_CMD..MB_STATUS).contains(&o) {
+                    cmd[(o - MB_CMD) as usize] = *b;
+                } else if o == MB_CTRL {
+                    // Doorbell is the only control bit (no interrupts offered).
+                    ring |= b & CTRL_DOORBELL as u8 != 0;
+                }
+            }
+            r.cmd = u64::from_le_bytes(cmd);
+            if !ring {
+                return;
+            }
+            let opcode = r.cmd as u16;
+            let len = ((r.cmd >> CMD_LEN_SHIFT) & CMD_LEN_MASK) as usize;
+            match r.payload.get(..len).map(<[u8]>::to_vec) {
+                Some(input) => {
+                    r.busy = true;
+                    Job { opcode, input }
+                }
+                None => {
+                    // Longer than the payload area: answered here, no I/O.
+                    drop(r);
+                    complete(&self.regs, opcode, RC_INVALID_INPUT, &[]);
+                    return;
+                }
+            }
+        };
+        match &mut self.exec {
+            Exec::Worker { tx, .. } => {
+                let opcode = job.opcode;
+                let sent = tx.as_ref().is_some_and(|tx| tx.send(job).is_ok());
+                if !sent {
+                    log::error!("cxl-t3 mailbox: worker thread is gone");
+                    complete(&self.regs, opcode, RC_INTERNAL_ERROR, &[]);
+                }
+            }
+            Exec::Manual { pending, .. } => *pending = Some(job),
         }
     }
+}
 
-    fn run(&mut self) {
-        let opcode = self.cmd as u16;
-        let len = ((self.cmd >> CMD_LEN_SHIFT) & CMD_LEN_MASK) as usize;
-        let rc = match self.payload.get(..len) {
-            Some(input) => {
-                let input = input.to_vec();
-                self.commands.execute(opcode, &input, &mut self.out)
+impl Drop for Mailbox {
+    /// Lets a command in flight finish (a SET_LSA the guest was told
+    /// nothing about yet still becomes durable) and joins the worker.
+    fn drop(&mut self) {
+        if let Exec::Worker { tx, thread } = &mut self.exec {
+            drop(tx.take());
+            if let Some(t) = thread.take() {
+                let _ = t.join();
             }
-            None => RC_INVALID_INPUT,
-        };
-        let out_len = if rc == RC_SUCCESS {
-            let n = self.out.len().min(PAYLOAD_SIZE);
-            self.payload[..n].copy_from_slice(&self.out[..n]);
-            n
-        } else {
-            0
-        };
-        self.cmd = u64::from(opcode) | ((out_len as u64) << CMD_LEN_SHIFT);
-        self.status = u64::from(rc) << STATUS_RC_SHIFT;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lsa::{Lsa, LsaError, MemLsa};
     use std::path::PathBuf;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
 
     struct Dirty(u32);
     impl Health for Dirty {
@@ -349,33 +511,40 @@ mod tests {
         }
     }
 
+    /// A manual mailbox (commands run at `run_pending`) over an LSA file.
     fn mailbox(name: &str) -> (Mailbox, Tmp) {
         let p = std::env::temp_dir().join(format!("cxl-mb-{}-{name}.lsa", std::process::id()));
         let _ = std::fs::remove_file(&p);
         let lsa = Lsa::open(&p).unwrap();
-        let mb = Mailbox::new(Commands::new(1 << 30, lsa, Box::new(Dirty(7))));
+        let mb = Mailbox::manual(Commands::new(1 << 30, lsa, Box::new(Dirty(7))));
         (mb, Tmp(p))
     }
 
-    /// Sends a command as Linux does (payload, command, doorbell); returns
-    /// (return code, output).
-    fn send(mb: &mut Mailbox, opcode: u16, input: &[u8]) -> (u16, Vec<u8>) {
+    fn doorbell(mb: &Mailbox) -> u32 {
+        let mut c = [0u8; 4];
+        mb.read(MB_CTRL, &mut c);
+        u32::from_le_bytes(c) & 1
+    }
+
+    fn rc(mb: &Mailbox) -> u16 {
+        let mut s = [0u8; 8];
+        mb.read(MB_STATUS, &mut s);
+        (u64::from_le_bytes(s) >> 32) as u16
+    }
+
+    /// Puts a command in the registers and rings, as Linux does (payload,
+    /// command, doorbell).
+    fn ring(mb: &mut Mailbox, opcode: u16, input: &[u8]) {
         for (i, chunk) in input.chunks(8).enumerate() {
             mb.write(MB_PAYLOAD + 8 * i as u64, chunk);
         }
         let cmd = u64::from(opcode) | ((input.len() as u64) << 16);
         mb.write(MB_CMD, &cmd.to_le_bytes());
         mb.write(MB_CTRL, &1u32.to_le_bytes());
-        let mut c = [0u8; 4];
-        mb.read(MB_CTRL, &mut c);
-        assert_eq!(
-            u32::from_le_bytes(c) & 1,
-            0,
-            "doorbell clear after the write"
-        );
-        let mut s = [0u8; 8];
-        mb.read(MB_STATUS, &mut s);
-        let rc = (u64::from_le_bytes(s) >> 32) as u16;
+    }
+
+    /// The result of a completed command: (return code, output).
+    fn result(mb: &Mailbox, opcode: u16) -> (u16, Vec<u8>) {
         let mut cmd = [0u8; 8];
         mb.read(MB_CMD, &mut cmd);
         let cmd = u64::from_le_bytes(cmd);
@@ -383,7 +552,19 @@ mod tests {
         let len = ((cmd >> 16) & CMD_LEN_MASK) as usize;
         let mut out = vec![0u8; len];
         mb.read(MB_PAYLOAD, &mut out);
-        (rc, out)
+        (rc(mb), out)
+    }
+
+    /// Sends a command on a manual mailbox: the doorbell write only queues
+    /// it (doorbell still set), `run_pending` completes it.
+    fn send(mb: &mut Mailbox, opcode: u16, input: &[u8]) -> (u16, Vec<u8>) {
+        ring(mb, opcode, input);
+        assert_eq!(doorbell(mb), 1, "doorbell stays set until the command ran");
+        assert!(mb.busy());
+        assert!(mb.run_pending());
+        assert!(!mb.run_pending(), "one command per doorbell");
+        assert_eq!(doorbell(mb), 0, "doorbell clear once done");
+        result(mb, opcode)
     }
 
     #[test]
@@ -509,10 +690,12 @@ mod tests {
         for op in [0x0000u16, 0x0100, 0x4100, 0x4300, 0xffff] {
             assert_eq!(send(&mut mb, op, &[]).0, RC_UNSUPPORTED, "opcode {op:#x}");
         }
-        // A length field larger than the payload area.
+        // A length field larger than the payload area: answered at once.
         let cmd = u64::from(IDENTIFY) | ((PAYLOAD_SIZE as u64 + 1) << 16);
         mb.write(MB_CMD, &cmd.to_le_bytes());
         mb.write(MB_CTRL, &[1]);
+        assert_eq!(doorbell(&mb), 0);
+        assert!(!mb.run_pending());
         let mut s = [0u8; 8];
         mb.read(MB_STATUS, &mut s);
         assert_eq!((u64::from_le_bytes(s) >> 32) as u16, RC_INVALID_INPUT);
@@ -528,5 +711,129 @@ mod tests {
         let mut far = [0xaau8; 3];
         mb.read(MAILBOX_LEN + 10, &mut far);
         assert_eq!(far, [0; 3]);
+    }
+
+    #[test]
+    fn writes_while_busy_are_ignored() {
+        let (mut mb, _t) = mailbox("busy");
+        let mut set = 0x40u32.to_le_bytes().to_vec();
+        set.extend_from_slice(&[0; 4]);
+        set.extend_from_slice(b"first");
+        ring(&mut mb, SET_LSA, &set);
+        assert_eq!(doorbell(&mb), 1);
+        // The guest scribbles over the payload and the command and rings again.
+        mb.write(MB_PAYLOAD + 8, b"XXXXX");
+        mb.write(MB_CMD, &u64::from(IDENTIFY).to_le_bytes());
+        mb.write(MB_CTRL, &[1]);
+        let mut cmd = [0u8; 8];
+        mb.read(MB_CMD, &mut cmd);
+        assert_eq!(u64::from_le_bytes(cmd) as u16, SET_LSA);
+        assert!(mb.run_pending());
+        assert!(!mb.run_pending(), "the second ring was ignored");
+        assert_eq!(result(&mb, SET_LSA), (RC_SUCCESS, vec![]));
+        let mut get = 0x40u32.to_le_bytes().to_vec();
+        get.extend_from_slice(&5u32.to_le_bytes());
+        assert_eq!(
+            send(&mut mb, GET_LSA, &get),
+            (RC_SUCCESS, b"first".to_vec())
+        );
+    }
+
+    /// Hang guard of the worker test below; passing never depends on it.
+    const WATCHDOG: Duration = Duration::from_secs(60);
+
+    /// A label area whose `sync` blocks until the test releases it. If the
+    /// release never comes, the watchdog lets it return and records that
+    /// it fired, so a broken mailbox fails the test instead of hanging it.
+    struct HeldLsa {
+        mem: MemLsa,
+        entered: Sender<()>,
+        release: Receiver<()>,
+        watchdog_fired: Arc<AtomicBool>,
+    }
+
+    impl LabelArea for HeldLsa {
+        fn size(&self) -> u64 {
+            LabelArea::size(&self.mem)
+        }
+        fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>, LsaError> {
+            self.mem.read(offset, len)
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> Result<(), LsaError> {
+            self.mem.write(offset, data)
+        }
+        fn sync(&self) -> Result<(), LsaError> {
+            let _ = self.entered.send(());
+            if self.release.recv_timeout(WATCHDOG).is_err() {
+                self.watchdog_fired.store(true, Ordering::SeqCst);
+            }
+            Ok(())
+        }
+    }
+
+    /// Polls the doorbell until the worker cleared it (bounded by the watchdog).
+    fn wait_done(mb: &Mailbox) {
+        let deadline = Instant::now() + WATCHDOG;
+        while doorbell(mb) == 1 {
+            assert!(Instant::now() < deadline, "the command never completed");
+            std::thread::yield_now();
+        }
+    }
+
+    /// The doorbell write of a SET_LSA returns while the label area's sync
+    /// is still blocked; the command completes (doorbell clear, return
+    /// code, output length) only once the sync returns.
+    #[test]
+    fn set_lsa_sync_runs_on_the_worker_not_in_the_doorbell_write() {
+        let mem = MemLsa::new(4096);
+        let (entered_tx, entered) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel();
+        let fired = Arc::new(AtomicBool::new(false));
+        let lsa = HeldLsa {
+            mem: mem.clone(),
+            entered: entered_tx,
+            release: release_rx,
+            watchdog_fired: fired.clone(),
+        };
+        let mut mb = Mailbox::new(Commands::new(1 << 30, lsa, Box::new(Dirty(0)))).unwrap();
+        // A first command leaves a non-zero return code in the status.
+        ring(&mut mb, 0x7777, &[]);
+        wait_done(&mb);
+        assert_eq!(rc(&mb), RC_UNSUPPORTED);
+        let mut set = 0x100u32.to_le_bytes().to_vec();
+        set.extend_from_slice(&[0; 4]);
+        set.extend_from_slice(b"durable-label");
+        ring(&mut mb, SET_LSA, &set);
+        // Had the write run the command, it would have sat in sync() until
+        // the watchdog fired.
+        assert!(
+            !fired.load(Ordering::SeqCst),
+            "the doorbell write waited for the sync"
+        );
+        entered
+            .recv_timeout(WATCHDOG)
+            .expect("the worker never reached the sync");
+        // The worker is inside the sync: busy, no result yet.
+        assert_eq!(doorbell(&mb), 1);
+        assert!(mb.busy());
+        assert_eq!(rc(&mb), RC_UNSUPPORTED, "status is the old command's");
+        assert_eq!(&mem.contents()[0x100..0x10d], b"durable-label");
+        mb.write(MB_CTRL, &[1]);
+        release.send(()).unwrap();
+        wait_done(&mb);
+        assert!(!fired.load(Ordering::SeqCst));
+        assert_eq!(result(&mb, SET_LSA), (RC_SUCCESS, vec![]));
+        // The ring while busy did not queue a second SET_LSA, and GET_LSA
+        // (also on the worker) syncs nothing.
+        let mut get = 0x100u32.to_le_bytes().to_vec();
+        get.extend_from_slice(&13u32.to_le_bytes());
+        ring(&mut mb, GET_LSA, &get);
+        wait_done(&mb);
+        assert_eq!(
+            result(&mb, GET_LSA),
+            (RC_SUCCESS, b"durable-label".to_vec())
+        );
+        assert!(entered.try_recv().is_err(), "one sync, for the one SET_LSA");
+        drop(mb);
     }
 }

@@ -18,8 +18,8 @@
 //! are ignored on write; they never reach the models behind.
 
 use crate::dvsec::{RegBlock, BLOCK_COMPONENT, BLOCK_MEMDEV};
-use crate::hdm::{DecoderEvent, HdmDecoders};
-use crate::mailbox::{Commands, Mailbox, MAILBOX_LEN};
+use crate::hdm::{DecoderEvent, HdmDecoders, DECODER_COUNT};
+use crate::mailbox::{Commands, Mailbox, MailboxError, MAILBOX_LEN};
 
 /// Size of the BAR holding both register blocks.
 pub const BAR_SIZE: u64 = 0x2_0000;
@@ -51,12 +51,29 @@ pub struct DeviceRegs {
 const _: () = assert!(CAP_MAILBOX.1 + CAP_MAILBOX.2 <= CAP_MEMDEV.1);
 
 impl DeviceRegs {
-    /// One HDM decoder over `commands.capacity` bytes.
-    pub fn new(commands: Commands) -> Self {
+    /// [`DECODER_COUNT`] HDM decoders over `commands.capacity` bytes and a
+    /// mailbox whose commands run on a worker thread.
+    pub fn new(commands: Commands) -> Result<Self, MailboxError> {
+        Ok(DeviceRegs {
+            hdm: HdmDecoders::new(DECODER_COUNT, commands.capacity),
+            mailbox: Mailbox::new(commands)?,
+        })
+    }
+
+    /// The same registers with a manual mailbox: a rung command runs at
+    /// [`DeviceRegs::run_pending`]. No threads, so a test or fuzz target
+    /// drives the whole BAR deterministically.
+    pub fn manual(commands: Commands) -> Self {
         DeviceRegs {
-            hdm: HdmDecoders::new(1, commands.capacity),
-            mailbox: Mailbox::new(commands),
+            hdm: HdmDecoders::new(DECODER_COUNT, commands.capacity),
+            mailbox: Mailbox::manual(commands),
         }
+    }
+
+    /// Runs a mailbox command queued on a manual mailbox; see
+    /// [`Mailbox::run_pending`].
+    pub fn run_pending(&mut self) -> bool {
+        self.mailbox.run_pending()
     }
 
     /// Where the register locator says the blocks are, in BAR `bar`.
@@ -94,10 +111,12 @@ impl DeviceRegs {
     }
 
     /// A write of 1, 2, 4 or 8 bytes at `offset` in the BAR; returns the
-    /// decoder change the VMM must act on, if any.
-    pub fn write(&mut self, offset: u64, data: &[u8]) -> Option<DecoderEvent> {
+    /// decoder changes the VMM must act on, in order (a 64-bit write is two
+    /// 32-bit ones, so there can be two).
+    pub fn write(&mut self, offset: u64, data: &[u8]) -> Vec<DecoderEvent> {
+        let mut events = Vec::new();
         if !matches!(data.len(), 1 | 2 | 4 | 8) || offset.checked_add(data.len() as u64).is_none() {
-            return None;
+            return events;
         }
         if (DEVICE_OFFSET..DEVICE_OFFSET + BLOCK_SIZE).contains(&offset) {
             let o = offset - DEVICE_OFFSET;
@@ -105,35 +124,27 @@ impl DeviceRegs {
             if (mb..mb + len).contains(&o) && o + data.len() as u64 <= mb + len {
                 self.mailbox.write(o - mb, data);
             }
-            return None;
+            return events;
         }
         if offset >= BLOCK_SIZE {
-            return None;
+            return events;
         }
         // Component registers: 32-bit accesses (a 64-bit one is two).
         let o = offset - COMPONENT_OFFSET;
         if !(HDM_OFFSET..HDM_OFFSET + self.hdm.len()).contains(&o) || !o.is_multiple_of(4) {
-            return None;
+            return events;
         }
         let rel = o - HDM_OFFSET;
+        let word = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         match data.len() {
-            4 => self.hdm.write(
-                rel,
-                u32::from_le_bytes([data[0], data[1], data[2], data[3]]),
-            ),
+            4 => events.extend(self.hdm.write(rel, word(data))),
             8 if rel.is_multiple_of(8) => {
-                let lo = self.hdm.write(
-                    rel,
-                    u32::from_le_bytes([data[0], data[1], data[2], data[3]]),
-                );
-                let hi = self.hdm.write(
-                    rel + 4,
-                    u32::from_le_bytes([data[4], data[5], data[6], data[7]]),
-                );
-                hi.or(lo)
+                events.extend(self.hdm.write(rel, word(&data[..4])));
+                events.extend(self.hdm.write(rel + 4, word(&data[4..])));
             }
-            _ => None,
+            _ => {}
         }
+        events
     }
 
     fn component_read(&self, o: u64, data: &mut [u8]) {
@@ -197,22 +208,18 @@ impl DeviceRegs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hdm::CTRL_COMMIT;
-    use crate::lsa::Lsa;
-    use crate::mailbox::Health;
+    use crate::hdm::{CTRL_COMMIT, CTRL_COMMITTED};
+    use crate::lsa::MemLsa;
+    use crate::mailbox::{FixedHealth, GET_LSA, MB_CMD, MB_CTRL, MB_PAYLOAD, MB_STATUS, SET_LSA};
+    use proptest::prelude::*;
 
-    struct Clean;
-    impl Health for Clean {
-        fn dirty_shutdown_count(&self) -> u32 {
-            0
-        }
-    }
-
-    fn regs(name: &str) -> (DeviceRegs, std::path::PathBuf) {
-        let p = std::env::temp_dir().join(format!("cxl-regs-{}-{name}.lsa", std::process::id()));
-        let _ = std::fs::remove_file(&p);
-        let c = Commands::new(1 << 30, Lsa::open(&p).unwrap(), Box::new(Clean));
-        (DeviceRegs::new(c), p)
+    /// A 1 GiB device with a manual mailbox over a memory LSA.
+    fn regs() -> DeviceRegs {
+        DeviceRegs::manual(Commands::new(
+            1 << 30,
+            MemLsa::new(4096),
+            Box::new(FixedHealth(0)),
+        ))
     }
 
     fn r32(r: &DeviceRegs, o: u64) -> u32 {
@@ -229,7 +236,7 @@ mod tests {
 
     #[test]
     fn device_capability_array_as_linux_walks_it() {
-        let (r, p) = regs("caps");
+        let r = regs();
         let arr = r64(&r, DEVICE_OFFSET);
         assert_eq!(arr & 0xffff, 0, "capability array id");
         assert_eq!((arr >> 32) & 0xffff, 3);
@@ -254,12 +261,11 @@ mod tests {
             11,
             "mailbox payload 2 KiB"
         );
-        std::fs::remove_file(p).unwrap();
     }
 
     #[test]
     fn component_block_leads_to_the_hdm_decoder() {
-        let (mut r, p) = regs("hdm");
+        let mut r = regs();
         let cm = r32(&r, CM_OFFSET);
         assert_eq!(cm & 0xffff, 1);
         assert_eq!(cm >> 24, 1, "one capability");
@@ -274,27 +280,26 @@ mod tests {
         let ev = r.write(hdm + 0x20, &CTRL_COMMIT.to_le_bytes());
         assert_eq!(
             ev,
-            Some(DecoderEvent::Committed {
+            vec![DecoderEvent::Committed {
                 index: 0,
                 hpa: 0x20_0000_0000,
                 size: 1 << 30,
                 dpa: 0
-            })
+            }]
         );
         assert_eq!(r.reset(), vec![DecoderEvent::Uncommitted { index: 0 }]);
-        std::fs::remove_file(p).unwrap();
     }
 
     #[test]
     fn bad_sizes_and_offsets_are_ignored() {
-        let (mut r, p) = regs("bad");
+        let mut r = regs();
         let hdm = HDM_OFFSET;
         // Misaligned, odd-sized and out-of-BAR writes change nothing.
-        assert_eq!(r.write(hdm + 0x21, &[0xff; 4]), None);
-        assert_eq!(r.write(hdm + 0x20, &[0xff; 3]), None);
-        assert_eq!(r.write(hdm + 0x20, &[0xff; 2]), None);
-        assert_eq!(r.write(BAR_SIZE + 4, &[0xff; 4]), None);
-        assert_eq!(r.write(u64::MAX - 1, &[0xff; 4]), None);
+        assert_eq!(r.write(hdm + 0x21, &[0xff; 4]), vec![]);
+        assert_eq!(r.write(hdm + 0x20, &[0xff; 3]), vec![]);
+        assert_eq!(r.write(hdm + 0x20, &[0xff; 2]), vec![]);
+        assert_eq!(r.write(BAR_SIZE + 4, &[0xff; 4]), vec![]);
+        assert_eq!(r.write(u64::MAX - 1, &[0xff; 4]), vec![]);
         assert_eq!(r32(&r, hdm + 0x20), 0);
         // Read-only device registers stay put; holes read zero.
         r.write(DEVICE_OFFSET, &[0xff; 8]);
@@ -304,6 +309,136 @@ mod tests {
         r.read(hdm, &mut odd);
         assert_eq!(odd, [0; 3]);
         assert_eq!(r32(&r, hdm + 1), 0);
-        std::fs::remove_file(p).unwrap();
+    }
+
+    #[test]
+    fn four_decoders_behind_the_bar_and_64_bit_control_writes() {
+        let mut r = regs();
+        assert_eq!(r32(&r, HDM_OFFSET) & 0xf, 2, "decoder count field: 4");
+        assert_eq!(r.hdm.count(), 4);
+        // Decoder 3's registers are in the BAR; past them is a hole.
+        let d3 = HDM_OFFSET + crate::hdm::decoder_reg(3, 0);
+        r.write(d3 + 4, &0x21u32.to_le_bytes());
+        assert_eq!(r32(&r, d3 + 4), 0x21);
+        let past = HDM_OFFSET + crate::hdm::decoder_reg(4, 0);
+        assert_eq!(r.write(past + 4, &1u32.to_le_bytes()), vec![]);
+        assert_eq!(r32(&r, past + 4), 0);
+        // Decoder 0 programmed, then control and skip-low in one 64-bit write.
+        r.write(HDM_OFFSET + 0x14, &0x20u32.to_le_bytes());
+        r.write(HDM_OFFSET + 0x18, &(1u64 << 28).to_le_bytes());
+        let ev = r.write(
+            HDM_OFFSET + 0x20,
+            &(u64::from(CTRL_COMMIT) | (1 << 60)).to_le_bytes(),
+        );
+        assert_eq!(
+            ev,
+            vec![DecoderEvent::Committed {
+                index: 0,
+                hpa: 0x20_0000_0000,
+                size: 1 << 28,
+                dpa: 0
+            }]
+        );
+        assert_eq!(
+            r32(&r, HDM_OFFSET + 0x24),
+            0,
+            "skip is frozen once committed"
+        );
+    }
+
+    #[test]
+    fn mailbox_through_the_bar() {
+        let mut r = regs();
+        let mb = DEVICE_OFFSET + 0x200;
+        let mut set = 8u32.to_le_bytes().to_vec();
+        set.extend_from_slice(&[0; 4]);
+        set.extend_from_slice(b"label");
+        // Accesses of 1, 2, 4 or 8 bytes only.
+        r.write(mb + MB_PAYLOAD, &set[..8]);
+        r.write(mb + MB_PAYLOAD + 8, &set[8..12]);
+        r.write(mb + MB_PAYLOAD + 12, &set[12..]);
+        r.write(
+            mb + MB_CMD,
+            &(u64::from(SET_LSA) | (13 << 16)).to_le_bytes(),
+        );
+        r.write(mb + MB_CTRL, &1u32.to_le_bytes());
+        assert_eq!(r32(&r, mb + MB_CTRL) & 1, 1, "busy until it runs");
+        assert!(r.run_pending());
+        assert_eq!(r32(&r, mb + MB_CTRL) & 1, 0);
+        assert_eq!(r64(&r, mb + MB_STATUS) >> 32, 0);
+        let mut get = 8u32.to_le_bytes().to_vec();
+        get.extend_from_slice(&5u32.to_le_bytes());
+        r.write(mb + MB_PAYLOAD, &get);
+        r.write(mb + MB_CMD, &(u64::from(GET_LSA) | (8 << 16)).to_le_bytes());
+        r.write(mb + MB_CTRL, &1u32.to_le_bytes());
+        assert!(r.run_pending());
+        assert_eq!((r64(&r, mb + MB_CMD) >> 16) & 0x1f_ffff, 5);
+        let mut out = [0u8; 8];
+        r.read(mb + MB_PAYLOAD, &mut out);
+        assert_eq!(&out[..5], b"label");
+    }
+
+    /// One guest access to the BAR.
+    #[derive(Debug, Clone)]
+    enum Access {
+        Write(u64, Vec<u8>),
+        Read(u64, usize),
+        Run,
+    }
+
+    /// Offsets where the registers are, and anywhere else.
+    fn offset() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            (0u64..0xa0).prop_map(|o| HDM_OFFSET + o),
+            (0u64..0x30).prop_map(|o| DEVICE_OFFSET + 0x200 + o),
+            (0u64..0x40).prop_map(|o| DEVICE_OFFSET + 0x200 + MB_PAYLOAD + o),
+            0u64..BAR_SIZE + 0x10,
+            any::<u64>(),
+        ]
+    }
+
+    fn access() -> impl Strategy<Value = Access> {
+        prop_oneof![
+            6 => (offset(), proptest::collection::vec(any::<u8>(), 0..10)).prop_map(|(o, d)| Access::Write(o, d)),
+            2 => (offset(), 0usize..10).prop_map(|(o, n)| Access::Read(o, n)),
+            1 => Just(Access::Run),
+        ]
+    }
+
+    proptest! {
+        /// Whatever the guest writes and reads in the BAR, nothing panics,
+        /// and the committed decoders never overlap in HPA or DPA.
+        #[test]
+        fn hostile_bar_accesses(accesses in proptest::collection::vec(access(), 1..200)) {
+            let mut r = regs();
+            for a in accesses {
+                match a {
+                    Access::Write(o, d) => {
+                        for ev in r.write(o, &d) {
+                            if let DecoderEvent::Committed { dpa, size, .. } = ev {
+                                prop_assert!(dpa.checked_add(size).is_some_and(|e| e <= 1 << 30));
+                            }
+                        }
+                    }
+                    Access::Read(o, n) => {
+                        let mut b = vec![0xaau8; n];
+                        r.read(o, &mut b);
+                        if !matches!(n, 1 | 2 | 4 | 8) {
+                            prop_assert!(b.iter().all(|x| *x == 0));
+                        }
+                    }
+                    Access::Run => {
+                        r.run_pending();
+                    }
+                }
+                let c = r.hdm.committed();
+                for (k, a) in c.iter().enumerate() {
+                    prop_assert_ne!(r32(&r, HDM_OFFSET + crate::hdm::decoder_reg(a.index, 0x10)) & CTRL_COMMITTED, 0);
+                    for b in &c[k + 1..] {
+                        prop_assert!(a.dpa + a.size <= b.dpa && a.hpa + a.size <= b.hpa, "{:?} {:?}", a, b);
+                    }
+                }
+            }
+        }
     }
 }

@@ -47,6 +47,14 @@ fn peek(x: &Expander, dpa: u64, len: usize) -> Vec<u8> {
     v
 }
 
+/// Loads one byte through the mapping, a load the compiler must keep (a
+/// `peek` whose result is dropped is a dead load that release builds remove).
+fn touch(x: &Expander, dpa: u64) -> u8 {
+    assert!(dpa < x.size());
+    // SAFETY (test): as in `poke`.
+    unsafe { std::ptr::read_volatile((x.host_addr() + dpa) as *const u8) }
+}
+
 fn count(hay: &[u8], needle: &[u8]) -> usize {
     hay.windows(needle.len()).filter(|w| *w == needle).count()
 }
@@ -330,45 +338,138 @@ fn pmo_store_on_a_keyed_cxl_medium() {
     }
 }
 
-/// A writer streams into blocks that another thread keeps evicting (one
-/// 2-way set): a write that lands between copying a victim out and
+/// Hang guard for tests that wait for another thread's progress: passing
+/// never depends on it, it only turns a stuck thread into a failure.
+const WATCHDOG: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// A writer hammers one block that another thread keeps evicting (one
+/// 2-way set): a store that lands between copying the victim out and
 /// dropping it would be lost unless the victim is write-protected first.
+///
+/// The race is driven until it has happened, not for a fixed time. The
+/// writer never pauses: store `n` goes to slot `n % SLOTS` of the block,
+/// after checking that the slot still holds what store `n - SLOTS` put
+/// there (a lost store shows at its slot's next turn). The reader's every
+/// access is a miss (16 blocks cycling through a 2-block set) that evicts
+/// the least recently filled block, so the hammered block is evicted every
+/// other miss, dirty, while the writer is storing into it: its next store
+/// meets the eviction's write-protect, which the expander counts as
+/// `raced_evictions`. The reader starts a miss only after the writer made
+/// progress since its last one, so the writer, whose fault waits for the
+/// set lock, is not starved by a stream of reader faults. The run ends when that count reaches the target; it
+/// is bounded by reader misses (events that should each race), not by time
+/// or by the writer's speed. The watchdog only turns a hang (no progress
+/// at all) into a failure.
+///
+/// (It used to spin a fixed 200 times between stores and assert that more
+/// than 32 evictions happened meanwhile: it failed every release run,
+/// whose optimizer dropped the evicting thread's unused loads, and its
+/// debug passes depended on how fast the two threads ran.)
 #[test]
 fn writes_racing_evictions_are_not_lost() {
-    const WBLOCKS: u64 = 32;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    /// 8-byte slots of the hammered block (block 0).
+    const SLOTS: u64 = BLOCK / 8;
+    const TARGET_RACES: u64 = 32;
+    /// Bound on the drive: the target took 65-1187 reader misses in ten
+    /// runs here (release and debug), so reaching this means the race
+    /// does not happen.
+    const MAX_MISSES: u64 = 50_000;
     let path = tmp("race");
     let mut cfg = config(path.clone(), 64 * BLOCK, 2, 2);
     cfg.media_latency_ns = 30_000;
     let x = Expander::open(&cfg).unwrap();
-    let done = std::sync::atomic::AtomicBool::new(false);
+    assert_eq!(x.geometry(), (1, 2), "one 2-way set");
+    let base = x.host_addr() as *mut u64;
+    let done = AtomicBool::new(false);
+    let misses = AtomicU64::new(0);
+    let stores = AtomicU64::new(0);
+    let lost = AtomicU64::new(0);
     std::thread::scope(|s| {
-        let (x, done) = (&x, &done);
+        let (x, done, misses, stores, lost) = (&x, &done, &misses, &stores, &lost);
         s.spawn(move || {
             let mut b = 0;
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                let _ = peek(x, (WBLOCKS + b % 16) * BLOCK, 1);
+            let mut seen = u64::MAX;
+            while !done.load(Ordering::Acquire) {
+                // One miss per step of the writer's progress: a writer
+                // waiting for the set lock is not starved by our faults.
+                let now = stores.load(Ordering::Acquire);
+                if now == seen {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                seen = now;
+                touch(x, (16 + b % 16) * BLOCK);
+                misses.fetch_add(1, Ordering::Release);
                 b += 1;
             }
         });
+        let base = base as usize;
         s.spawn(move || {
-            for slot in 0..WBLOCKS * BLOCK / 8 {
-                poke(x, slot * 8, &(slot + 1).to_le_bytes());
-                // Slow enough that blocks are evicted while being written.
-                for _ in 0..200 {
-                    std::hint::spin_loop();
+            let slot = |n: u64| (base as *mut u64).wrapping_add((n % SLOTS) as usize);
+            let mut n = 0u64;
+            loop {
+                let want = if n >= SLOTS { n - SLOTS + 1 } else { 0 };
+                // SAFETY (test): inside the DPA mapping; faults are served.
+                let got = unsafe { std::ptr::read_volatile(slot(n)) };
+                if got != want {
+                    lost.fetch_add(1, Ordering::Relaxed);
+                }
+                // SAFETY (test): as above.
+                unsafe { std::ptr::write_volatile(slot(n), n + 1) };
+                n += 1;
+                if n.is_multiple_of(256) {
+                    stores.store(n, Ordering::Release);
+                    // Every slot written at least once before a normal end.
+                    let enough = n >= SLOTS
+                        && (x.counters().raced_evictions >= TARGET_RACES
+                            || misses.load(Ordering::Acquire) >= MAX_MISSES);
+                    if enough || lost.load(Ordering::Relaxed) > 0 {
+                        break;
+                    }
+                    std::thread::yield_now();
                 }
             }
-            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            done.store(true, Ordering::Release);
         });
-    });
-    assert!(x.stats().evictions > WBLOCKS);
-    let mut lost = 0;
-    for slot in 0..WBLOCKS * BLOCK / 8 {
-        if peek(&x, slot * 8, 8) != (slot + 1).to_le_bytes() {
-            lost += 1;
+        // Hang guard: abort if neither thread moves for the watchdog's span.
+        let mut last = (0, 0);
+        let mut since = std::time::Instant::now();
+        while !done.load(Ordering::Acquire) {
+            let now = (
+                stores.load(Ordering::Acquire),
+                misses.load(Ordering::Acquire),
+            );
+            if now != last {
+                last = now;
+                since = std::time::Instant::now();
+            } else if since.elapsed() > WATCHDOG {
+                eprintln!("hang guard: no store and no miss for {WATCHDOG:?} ({now:?})");
+                std::process::abort();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
+    });
+    let (st, c) = (x.stats(), x.counters());
+    let n = stores.load(Ordering::Acquire);
+    eprintln!(
+        "raced evictions: {} after {} reader misses, {n} stores; {st:?}",
+        c.raced_evictions,
+        misses.load(Ordering::Acquire)
+    );
+    let lost = lost.load(Ordering::Relaxed);
+    assert_eq!(lost, 0, "stores lost under eviction ({st:?})");
+    assert!(
+        c.raced_evictions >= TARGET_RACES,
+        "the race was not driven: {} raced evictions in {} reader misses ({st:?})",
+        c.raced_evictions,
+        misses.load(Ordering::Acquire)
+    );
+    // The final contents: each slot holds its last store (n >= SLOTS here).
+    for k in 0..SLOTS {
+        let last = (n - 1 - (n - 1 + SLOTS - k) % SLOTS) + 1;
+        assert_eq!(peek(&x, k * 8, 8), last.to_le_bytes(), "slot {k}");
     }
-    assert_eq!(lost, 0, "writes lost under eviction");
     drop(x);
     let _ = std::fs::remove_file(&path);
 }

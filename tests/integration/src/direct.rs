@@ -5,7 +5,7 @@ use std::process::Command;
 use crate::env::{timeout_scale, Env};
 use crate::error::{Result, RunnerError};
 use crate::outcome::{parse_checks, Backend, VmOutcome};
-use crate::process::run_logged;
+use crate::process::{run_logged_with, Trigger};
 use crate::spec::VmSpec;
 
 pub(crate) fn run_direct(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> {
@@ -34,12 +34,19 @@ pub(crate) fn run_direct(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> 
         };
         cmd.args(&args);
         let _ = std::fs::write(log_dir.join(format!("vm{i}-cmd.txt")), format!("{cmd:?}\n"));
-        let cap = run_logged(
+        // The VMM itself is the child (no `timeout` wrapper with signal_on), so the signal
+        // reaches it.
+        let trigger = spec.signal_on.as_ref().map(|on| Trigger {
+            needle: on.needle(),
+            signal: on.signal.name(),
+        });
+        let cap = run_logged_with(
             cmd,
             spec.timeout.mul_f64(timeout_scale()),
             &log_dir.join(format!("vm{i}-{}-console.log", spec.name)),
             &log_dir.join(format!("vm{i}-{}-stderr.log", spec.name)),
             "VM| ",
+            trigger,
         )?;
         let console = cap.stdout_text();
         let (checks, done) = parse_checks(&console);

@@ -55,17 +55,37 @@ fn verbose() -> bool {
     std::env::var_os("PMO_TEST_VERBOSE").is_some_and(|v| v != "0")
 }
 
+/// Send process `pid` the signal `signal` (a `kill -s` name) when an output line contains
+/// `needle`; once.
+#[derive(Debug, Clone)]
+pub(crate) struct Trigger {
+    pub needle: String,
+    pub signal: &'static str,
+}
+
+impl Trigger {
+    fn fire(&self, pid: u32) {
+        // A child that already exited is no error: the run's outcome tells.
+        let _ = std::process::Command::new("kill")
+            .args(["-s", self.signal, &pid.to_string()])
+            .status();
+    }
+}
+
 /// Reads `src` line by line into `sink`, appending each line to `log` right away so that a
-/// run can be followed with `tail -f` and nothing is lost when the run is killed.
+/// run can be followed with `tail -f` and nothing is lost when the run is killed. With a
+/// trigger, signals `pid` at the first line that matches.
 fn reader(
     src: impl Read + Send + 'static,
     log: Option<File>,
     sink: Arc<Mutex<Vec<Line>>>,
     start: Instant,
     prefix: &'static str,
+    trigger: Option<(Trigger, u32)>,
 ) -> JoinHandle<()> {
     thread::spawn(move || {
         let mut log = log;
+        let mut trigger = trigger;
         let mut r = BufReader::new(src);
         let mut buf = Vec::new();
         loop {
@@ -82,6 +102,14 @@ fn reader(
             }
             if verbose() {
                 eprintln!("{prefix}{text}");
+            }
+            if trigger
+                .as_ref()
+                .is_some_and(|(t, _)| text.contains(&t.needle))
+            {
+                if let Some((t, pid)) = trigger.take() {
+                    t.fire(pid);
+                }
             }
             if let Ok(mut v) = sink.lock() {
                 v.push(Line {
@@ -100,11 +128,23 @@ fn create_log(path: &Path) -> Result<File> {
 /// Runs `cmd` (stdin from /dev/null), logging stdout and stderr to the given files, and kills
 /// it when `timeout` passes.
 pub(crate) fn run_logged(
+    cmd: Command,
+    timeout: Duration,
+    stdout_log: &Path,
+    stderr_log: &Path,
+    prefix: &'static str,
+) -> Result<Captured> {
+    run_logged_with(cmd, timeout, stdout_log, stderr_log, prefix, None)
+}
+
+/// `run_logged`, and signals the child when its stdout shows `trigger`'s needle.
+pub(crate) fn run_logged_with(
     mut cmd: Command,
     timeout: Duration,
     stdout_log: &Path,
     stderr_log: &Path,
     prefix: &'static str,
+    trigger: Option<Trigger>,
 ) -> Result<Captured> {
     let program = format!("{:?}", cmd.get_program());
     cmd.stdin(Stdio::null())
@@ -119,11 +159,20 @@ pub(crate) fn run_logged(
     let out = Arc::new(Mutex::new(Vec::new()));
     let err = Arc::new(Mutex::new(Vec::new()));
     let mut readers = Vec::new();
+    let pid = child.id();
     if let Some(s) = child.stdout.take() {
-        readers.push(reader(s, Some(out_log), out.clone(), start, prefix));
+        let trigger = trigger.map(|t| (t, pid));
+        readers.push(reader(
+            s,
+            Some(out_log),
+            out.clone(),
+            start,
+            prefix,
+            trigger,
+        ));
     }
     if let Some(s) = child.stderr.take() {
-        readers.push(reader(s, Some(err_log), err.clone(), start, prefix));
+        readers.push(reader(s, Some(err_log), err.clone(), start, prefix, None));
     }
     let (status, timed_out) = wait_deadline(&mut child, start + timeout)?;
     let elapsed = start.elapsed();
@@ -160,5 +209,41 @@ fn wait_deadline(child: &mut Child, deadline: Instant) -> Result<(Option<ExitSta
             return Ok((None, true));
         }
         thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    /// A child that reports a check and then waits forever ends by the signal its line
+    /// triggers; the long timeout is only a hang guard.
+    #[test]
+    fn a_matching_line_signals_the_child() {
+        let dir = std::env::temp_dir().join(format!("pmo-trigger-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            "echo boot; echo 'PMOTEST cxl_hold.holding ok waiting'; exec sleep 600",
+        ]);
+        let trigger = Trigger {
+            needle: "PMOTEST cxl_hold.holding ok".into(),
+            signal: "KILL",
+        };
+        let cap = run_logged_with(
+            cmd,
+            Duration::from_secs(300),
+            &dir.join("out"),
+            &dir.join("err"),
+            "",
+            Some(trigger),
+        )
+        .unwrap();
+        assert!(!cap.timed_out);
+        assert_eq!(cap.status.and_then(|s| s.signal()), Some(9));
+        assert_eq!(cap.stdout.len(), 2);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

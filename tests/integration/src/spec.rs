@@ -62,6 +62,9 @@ pub struct VmSpec {
     /// Send the VMM SIGTERM after this long (a shutdown test); SIGKILL follows if it is
     /// still there at `timeout`.
     pub term_after: Option<Duration>,
+    /// Send the VMM a signal once the guest reported this check ok (`term_on`, `kill_on`):
+    /// the signal follows the guest's progress, not a clock.
+    pub signal_on: Option<SignalOn>,
     /// Guest kernel; `None`: the image from guest/build.sh.
     pub kernel: Option<PathBuf>,
     /// Guest initramfs; `None`: the image from guest/build.sh.
@@ -100,6 +103,7 @@ impl VmSpec {
             extra_args: Vec::new(),
             timeout: DEFAULT_VM_TIMEOUT,
             term_after: None,
+            signal_on: None,
             kernel: None,
             initrd: None,
             verbose_console: std::env::var_os("PMO_GUEST_VERBOSE").is_some_and(|v| v != "0"),
@@ -242,6 +246,25 @@ impl VmSpec {
         self
     }
 
+    /// Sends the VMM SIGTERM as soon as the guest reports `check` (`scenario.check`) ok; the
+    /// timeout still ends a VM that never gets there.
+    pub fn term_on(mut self, check: &str) -> Self {
+        self.signal_on = Some(SignalOn {
+            check: check.to_string(),
+            signal: VmSignal::Term,
+        });
+        self
+    }
+
+    /// Sends the VMM SIGKILL as soon as the guest reports `check` ok (a crash test).
+    pub fn kill_on(mut self, check: &str) -> Self {
+        self.signal_on = Some(SignalOn {
+            check: check.to_string(),
+            signal: VmSignal::Kill,
+        });
+        self
+    }
+
     /// Sets the timeout of this VM.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
@@ -291,7 +314,55 @@ impl VmSpec {
         {
             return Err("term_after must be non-zero and shorter than the timeout".into());
         }
+        if let Some(on) = &self.signal_on {
+            if self.term_after.is_some() {
+                return Err("term_after and term_on/kill_on exclude each other".into());
+            }
+            let (scenario, check) = on.check.split_once('.').unwrap_or(("", ""));
+            if scenario.is_empty()
+                || check.is_empty()
+                || !on
+                    .check
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+            {
+                return Err(format!("bad check {:?} (scenario.check)", on.check));
+            }
+        }
         Ok(())
+    }
+}
+
+/// A signal the runner sends the VMM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VmSignal {
+    Term,
+    Kill,
+}
+
+impl VmSignal {
+    /// The name `kill -s` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            VmSignal::Term => "TERM",
+            VmSignal::Kill => "KILL",
+        }
+    }
+}
+
+/// Signal the VMM once the guest reported a check ok.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignalOn {
+    /// `scenario.check`.
+    pub check: String,
+    pub signal: VmSignal,
+}
+
+impl SignalOn {
+    /// The console text that triggers it: the check's ok line, as `guest/lib/pmotest.sh`
+    /// prints it.
+    pub fn needle(&self) -> String {
+        format!("PMOTEST {} ok", self.check)
     }
 }
 
@@ -495,5 +566,27 @@ mod tests {
         assert!(VmSpec::new("t").scenarios(["a,b"]).validate().is_err());
         assert!(VmSpec::new("t").cpus(0).validate().is_err());
         assert!(VmSpec::new("t").scenarios(["boot_info"]).validate().is_ok());
+    }
+
+    #[test]
+    fn signals_follow_a_guest_check() {
+        let on = VmSpec::new("t").kill_on("cxl_hold.holding");
+        assert!(on.validate().is_ok());
+        let s = on.signal_on.as_ref().unwrap();
+        assert_eq!(
+            (s.signal.name(), s.needle().as_str()),
+            ("KILL", "PMOTEST cxl_hold.holding ok")
+        );
+        assert_eq!(
+            VmSpec::new("t").term_on("a.b").signal_on.unwrap().signal,
+            VmSignal::Term
+        );
+        for bad in ["holding", ".x", "a.", "a.b c", "a.b'", "a.b;kill"] {
+            assert!(VmSpec::new("t").term_on(bad).validate().is_err(), "{bad}");
+        }
+        let both = VmSpec::new("t")
+            .term_on("a.b")
+            .term_after(Duration::from_secs(5));
+        assert!(both.validate().is_err());
     }
 }

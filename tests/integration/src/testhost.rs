@@ -362,6 +362,12 @@ fn build_payload(env: &Env, pmovmm: &Path, specs: &[VmSpec], disks: &[Disk]) -> 
         let secs = spec.timeout.mul_f64(scale).as_secs().max(1);
         if spec.shell {
             job += &format!("th_shell {i} /payload/bin/pmovmm");
+        } else if let Some(on) = &spec.signal_on {
+            job += &format!(
+                "th_vm_on {i} {secs} {} {} /payload/bin/pmovmm",
+                on.signal.name(),
+                sh_quote(&on.needle())
+            );
         } else if let Some(term) = spec.term_after {
             let term = term.mul_f64(scale).as_secs().max(1);
             job += &format!("th_vm {i} {secs} timeout -s TERM {term} /payload/bin/pmovmm");

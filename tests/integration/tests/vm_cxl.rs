@@ -20,7 +20,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use pmo_integration::{run_vms, unique_pattern, Env, VmOutcome, VmSpec};
 
@@ -70,7 +69,7 @@ fn plain() -> &'static Plain {
                 .cxl_t3(&media, SIZE, None, OPTS),
             VmSpec::new("crash")
                 .scenarios(["cxl_health", "cxl_hold"])
-                .timeout(Duration::from_secs(45))
+                .kill_on("cxl_hold.holding")
                 .cxl_t3(&media, SIZE, None, OPTS),
             VmSpec::new("after-crash")
                 .scenarios(["cxl_health", "cxl_region_read"])
@@ -80,8 +79,7 @@ fn plain() -> &'static Plain {
                 .scenarios(["cxl_write_hold"])
                 .param("pattern", &pattern2)
                 .param("offset", "8192")
-                .term_after(Duration::from_secs(50))
-                .timeout(Duration::from_secs(100))
+                .term_on("cxl_write_hold.holding")
                 .cxl_t3(&media, SIZE, None, OPTS),
             VmSpec::new("after-term")
                 .scenarios(["cxl_health", "cxl_region_read"])
@@ -225,9 +223,17 @@ fn keyless_boot_does_not_see_the_marker_and_the_key_brings_it_back() {
 #[test]
 fn a_killed_vmm_is_a_dirty_shutdown_the_guest_sees() {
     let g = plain();
-    let before = g.vms[2].assert_ok("cxl_health.health");
+    let crash = &g.vms[2];
+    let before = crash.assert_ok("cxl_health.health");
     assert_eq!(field(before, "dirty_shutdowns"), Some("0"), "{before}");
-    assert!(g.vms[2].timed_out, "the crash VM must have been killed");
+    crash.assert_ok("cxl_hold.holding");
+    // Killed when it reported holding, not at the timeout. Nested: the test host reports
+    // 128 + SIGKILL; direct: no exit code (ended by a signal).
+    assert!(
+        !crash.timed_out && matches!(crash.exit_code, Some(137) | None),
+        "{}",
+        crash.report("the crash VM must have been killed with SIGKILL when it held")
+    );
     let after = g.vms[3].assert_ok("cxl_health.health");
     assert_eq!(field(after, "dirty_shutdowns"), Some("1"), "{after}");
     // What the clean runs flushed is still there.
@@ -239,6 +245,7 @@ fn sigterm_flushes_the_device_cache() {
     let g = plain();
     let term = &g.vms[4];
     term.assert_ok("cxl_write_hold.write");
+    term.assert_ok("cxl_write_hold.holding");
     assert!(
         !term.timed_out,
         "the VMM must end on SIGTERM, not at the timeout"

@@ -116,6 +116,11 @@ fn os(what: &'static str) -> impl FnOnce(io::Error) -> ExpanderError {
 pub struct ExpanderCounters {
     /// First writes to clean resident blocks seen through write protection.
     pub wp_faults: u64,
+    /// Write-protect faults whose block was gone when they were served: a
+    /// store that raced an eviction and was held by its write-protect (it
+    /// then fills the block again and lands there). Tests use it to know
+    /// that they drove that race.
+    pub raced_evictions: u64,
     /// Fills and write-backs that failed on the media file.
     pub media_errors: u64,
     /// Blocks resident in the cache now.
@@ -154,6 +159,7 @@ pub struct Shared {
     /// Shared by block operations, exclusive for key changes.
     reconfig: RwLock<()>,
     wp_faults: AtomicU64,
+    raced_evictions: AtomicU64,
     media_errors: AtomicU64,
     /// A clean shutdown is recorded on media; a new write must undo that.
     clean: AtomicBool,
@@ -223,6 +229,7 @@ impl Expander {
             tee: RwLock::new(RangeTable::new(cfg.size)),
             reconfig: RwLock::new(()),
             wp_faults: AtomicU64::new(0),
+            raced_evictions: AtomicU64::new(0),
             media_errors: AtomicU64::new(0),
             clean: AtomicBool::new(false),
         });
@@ -280,6 +287,7 @@ impl Shared {
         let m = lock(&self.model);
         ExpanderCounters {
             wp_faults: self.wp_faults.load(Ordering::Relaxed),
+            raced_evictions: self.raced_evictions.load(Ordering::Relaxed),
             media_errors: self.media_errors.load(Ordering::Relaxed),
             resident: m.resident(),
             dirty: m.dirty_blocks().len() as u64,
@@ -448,6 +456,9 @@ impl Shared {
             // Another fault installed it meanwhile.
             Some(_) => self.uffd.wake(f.address, BLOCK).map_err(os("wake")),
             None => {
+                if f.wp {
+                    self.raced_evictions.fetch_add(1, Ordering::Relaxed);
+                }
                 let tee = self.tee_read();
                 self.fill_locked(block, f.write || f.wp, &tee, buf, vbuf)
             }
