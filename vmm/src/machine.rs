@@ -229,6 +229,7 @@ impl Machine {
                 fault_threads: PMO_FAULT_THREADS,
                 test_kill_in_psync: p.test_kill_in_psync,
                 predictor: p.predictor.clone(),
+                store_options: Default::default(),
             })?;
             let service = dev.service().clone();
             let mut transport = VirtioPci::new(

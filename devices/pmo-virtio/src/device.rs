@@ -67,6 +67,10 @@ pub struct PmoDeviceConfig {
     pub test_kill_in_psync: Option<u64>,
     /// Predictor spec for every attachment (`stream:4`, `stride`, `markov`, ...).
     pub predictor: Option<String>,
+    /// How a missing store is formatted (ignored when the file exists). Tests
+    /// and fuzz targets format small stores, which create and open in
+    /// microseconds instead of milliseconds.
+    pub store_options: StoreOptions,
 }
 
 /// The store file, possibly behind the psync kill hook.
@@ -74,12 +78,13 @@ type KillHook = Option<Arc<KillInPsync<FileMedium>>>;
 
 /// Opens the store file, creating and formatting it if missing.
 pub fn open_store(path: &Path, size: Option<u64>) -> Result<Store, DeviceError> {
-    open_store_with(path, size, None).map(|(s, _)| s)
+    open_store_with(path, size, StoreOptions::default(), None).map(|(s, _)| s)
 }
 
 fn open_store_with(
     path: &Path,
     size: Option<u64>,
+    opts: StoreOptions,
     kill_at: Option<u64>,
 ) -> Result<(Store, KillHook), DeviceError> {
     let medium_err = |source| DeviceError::Medium {
@@ -104,7 +109,7 @@ fn open_store_with(
         None => (Arc::new(file), None),
     };
     let store = if create {
-        Store::create(m, StoreOptions::default()).map_err(store_err)?
+        Store::create(m, opts).map_err(store_err)?
     } else {
         let (store, report) = Store::open(m).map_err(store_err)?;
         log::info!("PMO store {}: {report:?}", path.display());
@@ -219,8 +224,12 @@ impl PmoService {
             // Checked once here so a bad spec is a startup error, not a silent no-op.
             pmo_policies::predictor_from_name(spec)?;
         }
-        let (store, kill_hook) =
-            open_store_with(&cfg.store, cfg.store_size, cfg.test_kill_in_psync)?;
+        let (store, kill_hook) = open_store_with(
+            &cfg.store,
+            cfg.store_size,
+            cfg.store_options.clone(),
+            cfg.test_kill_in_psync,
+        )?;
         let pager = Pager::new(cfg.window_size, cfg.fault_threads)?;
         Ok(Arc::new(PmoService {
             store,

@@ -30,6 +30,7 @@ fn service_with(dir: &Path, predictor: Option<&str>) -> Result<Arc<PmoService>, 
         fault_threads: 2,
         test_kill_in_psync: None,
         predictor: predictor.map(str::to_string),
+        store_options: StoreOptions::default(),
     })
 }
 
