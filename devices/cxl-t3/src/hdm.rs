@@ -99,10 +99,17 @@ pub struct HdmDecoders {
 }
 
 impl HdmDecoders {
-    /// `count` decoders (1..=10) over `capacity` bytes of DPA.
+    /// `count` decoders (1..=10) over `capacity` bytes of DPA. The
+    /// capability's count field can only say 1 or an even number, so an odd
+    /// count above 1 is rounded up: a decoder the guest is not told about
+    /// must not exist (it could still be programmed and committed).
     pub fn new(count: usize, capacity: u64) -> Self {
+        let count = match count.clamp(1, 10) {
+            1 => 1,
+            n => n.next_multiple_of(2),
+        };
         HdmDecoders {
-            decoders: vec![Decoder::default(); count.clamp(1, 10)],
+            decoders: vec![Decoder::default(); count],
             global_ctrl: 0,
             capacity,
         }
@@ -391,6 +398,14 @@ mod tests {
         let mut h = HdmDecoders::new(1, GIB);
         assert_eq!(h.read(HDM_CAP) & 0xf, 0, "one decoder");
         assert_eq!(HdmDecoders::new(4, GIB).read(HDM_CAP) & 0xf, 2);
+        // Found by fuzz target cxl_mailbox: 3 decoders were announced as 2.
+        let three = HdmDecoders::new(3, GIB);
+        assert_eq!(three.read(HDM_CAP) & 0xf, 2, "announced: 4");
+        assert_eq!(
+            three.len(),
+            DECODER_BASE + 4 * DECODER_STRIDE,
+            "and 4 exist"
+        );
         h.write(HDM_GLOBAL_CTRL, 0xffff_ffff);
         assert_eq!(h.read(HDM_GLOBAL_CTRL), 3);
         assert_eq!(h.write(dec(7, D_CTRL), CTRL_COMMIT), None);
