@@ -639,8 +639,11 @@ struct Handler {
     service: Arc<PmoService>,
 }
 
-/// Reads the request part of a chain and writes the response part.
-fn serve_request(
+/// Reads the request part of a chain and writes the response part; returns
+/// the bytes written. Public (hidden) so the descriptor-chain fuzz target
+/// drives exactly what the control queue runs.
+#[doc(hidden)]
+pub fn serve_request(
     service: &PmoService,
     chain: virtio_queue::DescriptorChain<&GuestMemoryMmap>,
 ) -> u32 {
