@@ -22,6 +22,8 @@
 pub mod common;
 pub mod cxl_mailbox;
 pub mod pmo_service;
+pub mod virtio_chains;
+pub mod virtio_pci;
 
 /// A target body: runs one input, panics when the oracle is violated.
 pub type Body = fn(&[u8]);
@@ -30,4 +32,6 @@ pub type Body = fn(&[u8]);
 pub const TARGETS: &[(&str, Body)] = &[
     ("pmo_service", pmo_service::run),
     ("cxl_mailbox", cxl_mailbox::run),
+    ("virtio_pci", virtio_pci::run),
+    ("virtio_chains", virtio_chains::run),
 ];

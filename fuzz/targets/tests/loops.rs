@@ -92,6 +92,16 @@ fn cxl_mailbox() {
     run_loop("cxl_mailbox", 3000, 1024);
 }
 
+#[test]
+fn virtio_pci() {
+    run_loop("virtio_pci", 3000, 1024);
+}
+
+#[test]
+fn virtio_chains() {
+    run_loop("virtio_chains", 1000, 1024);
+}
+
 /// The loop can fail: a target that panics on some input is caught, and
 /// the input is saved where the message says.
 #[test]
