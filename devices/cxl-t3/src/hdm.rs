@@ -52,6 +52,8 @@ pub enum CommitError {
     Overlap(usize, usize),
     #[error("decoder {0}: DPA range is beyond the device capacity")]
     Dpa(usize),
+    #[error("decoder {0}: DPA range overlaps decoder {1}")]
+    DpaOverlap(usize, usize),
     #[error("decoder {0}: interleave ways other than 1 are not supported")]
     Ways(usize),
 }
@@ -263,10 +265,18 @@ impl HdmDecoders {
             None => 0,
         };
         let dpa = prev_end.checked_add(d.skip).ok_or(CommitError::Dpa(idx))?;
-        match dpa.checked_add(d.size) {
-            Some(end) if end <= self.capacity => Ok(dpa),
-            _ => Err(CommitError::Dpa(idx)),
+        let end = match dpa.checked_add(d.size) {
+            Some(end) if end <= self.capacity => end,
+            _ => return Err(CommitError::Dpa(idx)),
+        };
+        // A decoder recommitted after a later one committed must not grow
+        // into that one's DPA: two HPA ranges would alias the same media.
+        for (j, o) in self.decoders.iter().enumerate() {
+            if j != idx && o.committed() && dpa < o.dpa + o.size && o.dpa < end {
+                return Err(CommitError::DpaOverlap(idx, j));
+            }
         }
+        Ok(dpa)
     }
 }
 
@@ -376,6 +386,34 @@ mod tests {
             Some(DecoderEvent::Refused { reason, .. }) => reason,
             other => panic!("expected a refusal, got {other:?}"),
         }
+    }
+
+    /// Found by fuzz target cxl_mailbox's oracle (committed DPA ranges
+    /// disjoint): decoder 0 uncommitted and recommitted larger while
+    /// decoder 1 stayed committed used to take decoder 1's DPA too.
+    #[test]
+    fn a_recommit_cannot_grow_into_a_committed_dpa_range() {
+        let mut h = HdmDecoders::new(2, 2 * GIB);
+        program(&mut h, 0, 0x20_0000_0000, HDM_ALIGN, 0);
+        assert!(matches!(
+            h.write(dec(0, D_CTRL), CTRL_COMMIT),
+            Some(DecoderEvent::Committed { .. })
+        ));
+        program(&mut h, 1, 0x21_0000_0000, HDM_ALIGN, 0);
+        assert!(matches!(
+            h.write(dec(1, D_CTRL), CTRL_COMMIT),
+            Some(DecoderEvent::Committed { dpa: HDM_ALIGN, .. })
+        ));
+        h.write(dec(0, D_CTRL), 0);
+        program(&mut h, 0, 0x20_0000_0000, 2 * HDM_ALIGN, 0);
+        assert_eq!(refused(&mut h, 0), CommitError::DpaOverlap(0, 1));
+        // Its old size still fits.
+        program(&mut h, 0, 0x20_0000_0000, HDM_ALIGN, 0);
+        h.write(dec(0, D_CTRL), 0);
+        assert!(matches!(
+            h.write(dec(0, D_CTRL), CTRL_COMMIT),
+            Some(DecoderEvent::Committed { dpa: 0, .. })
+        ));
     }
 
     #[test]
