@@ -95,6 +95,13 @@ fn request(dev: &Device, inp: &mut Input) -> Vec<u8> {
 
 /// Runs one input.
 pub fn run(data: &[u8]) {
+    run_counted(data);
+}
+
+/// Runs one input; returns the used entries checked (tests use it to show
+/// that well-formed chains are really served).
+fn run_counted(data: &[u8]) -> usize {
+    let mut checked = 0;
     let mut inp = Input::new(data);
     let dir = ScratchDir::new("chains").expect("scratch dir");
     let dev = if inp.u8() & 1 == 0 {
@@ -233,6 +240,7 @@ pub fn run(data: &[u8]) {
             if len >= 4 {
                 check_status(&dev, &mem, &descs, id as u16);
             }
+            checked += 1;
         }
         used_seen = used_idx;
         avail_idx = published;
@@ -244,6 +252,7 @@ pub fn run(data: &[u8]) {
     if let Device::Pmo(s) = &dev {
         s.detach_all();
     }
+    checked
 }
 
 /// On a plain chain (direct descriptors, the first writable one holding at
@@ -291,5 +300,23 @@ fn check_status(dev: &Device, mem: &GuestMemoryMmap, descs: &[(u64, u32, u16, u1
             return;
         }
         i = next;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The oracle is alive: a FLUSH chain (request, then a writable status
+    /// buffer) on a 2-entry queue is served and its used entry checked.
+    #[test]
+    fn a_flush_chain_is_served() {
+        let input = [
+            0, 1, // pmem, queue size 2
+            2, 0, 0, 2, 4, 0, 1, 1, 1, 1, // desc 0: DATA, 4 bytes, NEXT -> 1, a FLUSH
+            2, 0, 1, 2, 4, 0, 4, 1, // desc 1: DATA + 0x100, 4 bytes, WRITE
+            1, 1, 0, 1, // one head (descriptor 0), published
+        ];
+        assert_eq!(run_counted(&input), 1);
     }
 }
