@@ -132,6 +132,37 @@ impl Drop for ScratchDir {
     }
 }
 
+/// How long background work started by an input may run on after it.
+pub const BACKGROUND_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits until no thread of this process has a name starting with `prefix`
+/// (as `/proc/self/task/*/comm` shows it, 15 bytes at most); panics after
+/// [`BACKGROUND_DEADLINE`]. The PMO store finishes a detach on a thread of
+/// its own (`pmo-detach-N`) that nobody joins; waiting for it keeps each
+/// input self-contained (no work of one input running into the next, no
+/// thread a leak check sees half gone) and makes a detach that never ends
+/// a failure instead of a silent straggler.
+pub fn wait_threads_gone(prefix: &str) {
+    let start = std::time::Instant::now();
+    loop {
+        let alive = std::fs::read_dir("/proc/self/task")
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .filter_map(|e| std::fs::read_to_string(e.path().join("comm")).ok())
+                    .any(|comm| comm.starts_with(prefix))
+            })
+            .unwrap_or(false);
+        if !alive {
+            return;
+        }
+        assert!(
+            start.elapsed() < BACKGROUND_DEADLINE,
+            "a {prefix}* thread still runs {BACKGROUND_DEADLINE:?} after the input"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +175,29 @@ mod tests {
         assert_eq!(i.u64(), 0);
         assert!(i.is_empty());
         assert_eq!(i.bytes(10), Vec::<u8>::new());
+    }
+
+    #[test]
+    fn waits_for_a_named_thread() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::Builder::new()
+            .name("fuzz-wait-test".into())
+            .spawn(move || rx.recv())
+            .expect("thread");
+        // The thread names itself once it runs.
+        let start = std::time::Instant::now();
+        while !std::fs::read_dir("/proc/self/task")
+            .expect("proc")
+            .filter_map(|e| e.ok())
+            .filter_map(|e| std::fs::read_to_string(e.path().join("comm")).ok())
+            .any(|c| c.starts_with("fuzz-wait-test"))
+        {
+            assert!(start.elapsed() < BACKGROUND_DEADLINE, "thread never named");
+            std::thread::yield_now();
+        }
+        drop(tx);
+        wait_threads_gone("fuzz-wait-test");
+        t.join().expect("join").ok();
     }
 
     #[test]

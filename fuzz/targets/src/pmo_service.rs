@@ -337,6 +337,8 @@ fn run_counted(data: &[u8]) -> usize {
         drop(toucher);
     });
     svc.detach_all();
+    drop(svc);
+    crate::common::wait_threads_gone("pmo-detach");
     done
 }
 

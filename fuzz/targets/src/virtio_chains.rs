@@ -252,6 +252,8 @@ fn run_counted(data: &[u8]) -> usize {
     if let Device::Pmo(s) = &dev {
         s.detach_all();
     }
+    drop(dev);
+    crate::common::wait_threads_gone("pmo-detach");
     checked
 }
 
