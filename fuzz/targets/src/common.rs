@@ -132,16 +132,26 @@ impl Drop for ScratchDir {
     }
 }
 
+/// Held by every input that builds a PMO service, so inputs of two such
+/// targets never overlap (cargo test runs the loops on parallel threads)
+/// and [`wait_threads_gone`] waits only for the threads of its own input.
+pub fn service_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// How long background work started by an input may run on after it.
 pub const BACKGROUND_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Waits until no thread of this process has a name starting with `prefix`
 /// (as `/proc/self/task/*/comm` shows it, 15 bytes at most); panics after
-/// [`BACKGROUND_DEADLINE`]. The PMO store finishes a detach on a thread of
-/// its own (`pmo-detach-N`) that nobody joins; waiting for it keeps each
-/// input self-contained (no work of one input running into the next, no
-/// thread a leak check sees half gone) and makes a detach that never ends
-/// a failure instead of a silent straggler.
+/// [`BACKGROUND_DEADLINE`]. The PMO service leaves threads that nobody
+/// joins: the store finishes a detach on `pmo-detach-N`, and the pager's
+/// `pmo-fault*` / `pmo-prefetch` threads are not joined when the last
+/// owner of the pager is one of them. Waiting for every `pmo-` thread keeps
+/// each input self-contained (no work of one input running into the next,
+/// no exiting thread that LeakSanitizer sees half gone) and makes one that
+/// never ends a failure instead of a silent straggler.
 pub fn wait_threads_gone(prefix: &str) {
     let start = std::time::Instant::now();
     loop {

@@ -315,6 +315,7 @@ pub fn run(data: &[u8]) {
 /// Runs one input; returns how many requests succeeded and window accesses
 /// completed in structured mode (tests use it to show programs get deep).
 fn run_counted(data: &[u8]) -> usize {
+    let _one_at_a_time = crate::common::service_lock();
     let mut done = 0;
     let mut inp = Input::new(data);
     let mode = inp.u8();
@@ -338,7 +339,7 @@ fn run_counted(data: &[u8]) -> usize {
     });
     svc.detach_all();
     drop(svc);
-    crate::common::wait_threads_gone("pmo-detach");
+    crate::common::wait_threads_gone("pmo-");
     done
 }
 

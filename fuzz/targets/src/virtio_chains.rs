@@ -101,6 +101,7 @@ pub fn run(data: &[u8]) {
 /// Runs one input; returns the used entries checked (tests use it to show
 /// that well-formed chains are really served).
 fn run_counted(data: &[u8]) -> usize {
+    let _one_at_a_time = crate::common::service_lock();
     let mut checked = 0;
     let mut inp = Input::new(data);
     let dir = ScratchDir::new("chains").expect("scratch dir");
@@ -253,7 +254,7 @@ fn run_counted(data: &[u8]) -> usize {
         s.detach_all();
     }
     drop(dev);
-    crate::common::wait_threads_gone("pmo-detach");
+    crate::common::wait_threads_gone("pmo-");
     checked
 }
 
