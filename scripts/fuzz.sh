@@ -45,6 +45,9 @@ else
     mapfile -t targets < <(cargo +nightly fuzz list --fuzz-dir "$fuzz_dir")
 fi
 
+# One known false positive of LeakSanitizer, explained in the file.
+export LSAN_OPTIONS="suppressions=$repo/$fuzz_dir/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+
 logs=target/fuzz-logs
 mkdir -p "$logs"
 failed=0

@@ -259,9 +259,17 @@ fn run_counted(data: &[u8]) -> usize {
 }
 
 /// On a plain chain (direct descriptors, the first writable one holding at
-/// least 4 bytes inside memory), the first 4 bytes written are a status the
-/// device defines.
+/// least 4 bytes inside memory, no other writable buffer of the table over
+/// those 4 bytes, no writable descriptor leading to it), the first 4 bytes
+/// written are a status the device defines. Buffers the guest made overlap can hold any bytes the device
+/// wrote later (a payload of this or another chain): that is not checked.
 fn check_status(dev: &Device, mem: &GuestMemoryMmap, descs: &[(u64, u32, u16, u16)], head: u16) {
+    if descs
+        .iter()
+        .any(|d| d.2 & VRING_DESC_F_INDIRECT as u16 != 0)
+    {
+        return;
+    }
     let mut i = head;
     for _ in 0..descs.len() {
         let Some(&(addr, len, flags, next)) = descs.get(usize::from(i)) else {
@@ -272,6 +280,22 @@ fn check_status(dev: &Device, mem: &GuestMemoryMmap, descs: &[(u64, u32, u16, u1
         }
         if flags & VRING_DESC_F_WRITE as u16 != 0 {
             if len < 4 || addr.checked_add(4).is_none_or(|e| e > MEM_LEN) {
+                return;
+            }
+            let aliased = descs.iter().enumerate().any(|(j, d)| {
+                j != usize::from(i)
+                    && d.2 & VRING_DESC_F_WRITE as u16 != 0
+                    && d.0 < addr + 4
+                    && addr < d.0.saturating_add(u64::from(d.1))
+            });
+            // Another chain may reach this buffer after a writable one of
+            // its own and put payload bytes in it.
+            let follows_writable = descs.iter().any(|d| {
+                d.2 & VRING_DESC_F_WRITE as u16 != 0
+                    && d.2 & VRING_DESC_F_NEXT as u16 != 0
+                    && d.3 == i
+            });
+            if aliased || follows_writable {
                 return;
             }
             let v: u32 = mem.read_obj(GuestAddress(addr)).expect("status word");
