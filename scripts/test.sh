@@ -41,10 +41,19 @@ scripts/checkpatch.sh
 step "pmovmm (release; the VM tests run it)"
 cargo build --release -p pmovmm
 
-step "cargo test: unit tests, host-side device tests, VM tests"
+step "cargo test: unit tests, host-side device tests, VM tests (and the fuzz target bodies as seeded loops)"
 cargo test --workspace --exclude pmo-harness
 
 step "cargo test: the design-comparison harness (with the no-MAC benchmark suite)"
 cargo test -p pmo-harness
+
+# The same fuzz target bodies, coverage-guided under libFuzzer + ASan, when a
+# nightly toolchain is here (cargo-fuzz needs one); docs/fuzzing.md.
+if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+    step "fuzz targets: 20 s each (scripts/fuzz.sh)"
+    scripts/fuzz.sh 20
+else
+    step "fuzz targets: no nightly toolchain; their bodies ran only as cargo test's seeded loops (fuzz/targets/tests/loops.rs)"
+fi
 
 printf '\ntest.sh: all tests passed in %ss\n' "$(($(date +%s) - start))"

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use pmo_virtio::device::{DeviceError, PmoDevice, PmoDeviceConfig, PmoService};
+use pmo_virtio::store::StoreOptions;
 use pmo_virtio::pager::Pager;
 use virtio_devices::pmem::{Pmem, PmemError};
 use virtio_devices::VirtioDevice;
@@ -229,8 +230,11 @@ impl Machine {
                 fault_threads: PMO_FAULT_THREADS,
                 test_kill_in_psync: p.test_kill_in_psync,
                 predictor: p.predictor.clone(),
-                kdf: p.kdf,
-                anchor: p.anchor.clone(),
+                store_options: StoreOptions {
+                    kdf: p.kdf,
+                    anchor: p.anchor.clone(),
+                    ..StoreOptions::default()
+                },
             })?;
             let service = dev.service().clone();
             let mut transport = VirtioPci::new(

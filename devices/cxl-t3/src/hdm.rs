@@ -633,6 +633,34 @@ mod tests {
         assert_eq!(commit(&mut h, 2), committed_at(2, 0x30_0000_0000, 0, GIB));
     }
 
+    /// Found independently by fuzz target cxl_mailbox's oracle (committed DPA
+    /// ranges disjoint): decoder 0 uncommitted and recommitted larger while
+    /// decoder 1 stayed committed used to take decoder 1's DPA too. Now no
+    /// recommit happens below a committed decoder, whatever its size.
+    #[test]
+    fn a_recommit_cannot_grow_into_a_committed_dpa_range() {
+        let mut h = HdmDecoders::new(2, 2 * GIB);
+        program(&mut h, 0, 0x20_0000_0000, HDM_ALIGN, 0);
+        assert!(matches!(
+            h.write(dec(0, D_CTRL), CTRL_COMMIT),
+            Some(DecoderEvent::Committed { .. })
+        ));
+        program(&mut h, 1, 0x21_0000_0000, HDM_ALIGN, 0);
+        assert!(matches!(
+            h.write(dec(1, D_CTRL), CTRL_COMMIT),
+            Some(DecoderEvent::Committed { dpa: HDM_ALIGN, .. })
+        ));
+        h.write(dec(0, D_CTRL), 0);
+        program(&mut h, 0, 0x20_0000_0000, 2 * HDM_ALIGN, 0);
+        let higher = CommitError::HigherCommitted {
+            index: 0,
+            higher: 1,
+        };
+        assert_eq!(refused(&mut h, 0), higher);
+        program(&mut h, 0, 0x20_0000_0000, HDM_ALIGN, 0);
+        assert_eq!(refused(&mut h, 0), higher);
+    }
+
     #[test]
     fn lock_on_commit_holds_until_reset() {
         let mut h = HdmDecoders::new(2, 2 * GIB);

@@ -19,7 +19,7 @@ use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
-use crate::crypto::{KdfParams, UserKey, PAGE};
+use crate::crypto::{UserKey, PAGE};
 use crate::medium::{FileMedium, KillInPsync, Medium};
 use crate::pager::{Detected, FillError, PageSource, Pager, PagerError, SliceStats, HIST_BUCKETS};
 use crate::proto::{self, Request, Status};
@@ -67,10 +67,10 @@ pub struct PmoDeviceConfig {
     pub test_kill_in_psync: Option<u64>,
     /// Predictor spec for every attachment (`stream:4`, `stride`, `markov`, ...).
     pub predictor: Option<String>,
-    /// Argon2id cost of PMOs the guest creates.
-    pub kdf: KdfParams,
-    /// Rollback anchor of the store (see `store::anchor`).
-    pub anchor: Option<PathBuf>,
+    /// The store's rollback anchor and the Argon2id cost of PMOs the guest creates (both
+    /// always), and how a missing store is formatted (slots; ignored when the file exists).
+    /// Tests and fuzz targets format small stores, which create and open in microseconds.
+    pub store_options: StoreOptions,
 }
 
 /// The store file, possibly behind the psync kill hook.
@@ -78,15 +78,14 @@ type KillHook = Option<Arc<KillInPsync<FileMedium>>>;
 
 /// Opens the store file, creating and formatting it if missing.
 pub fn open_store(path: &Path, size: Option<u64>) -> Result<Store, DeviceError> {
-    open_store_with(path, size, None, KdfParams::DEFAULT, None).map(|(s, _)| s)
+    open_store_with(path, size, StoreOptions::default(), None).map(|(s, _)| s)
 }
 
 fn open_store_with(
     path: &Path,
     size: Option<u64>,
+    opts: StoreOptions,
     kill_at: Option<u64>,
-    kdf: KdfParams,
-    anchor: Option<&Path>,
 ) -> Result<(Store, KillHook), DeviceError> {
     let medium_err = |source| DeviceError::Medium {
         path: path.to_owned(),
@@ -109,16 +108,13 @@ fn open_store_with(
         }
         None => (Arc::new(file), None),
     };
-    let anchor = anchor.map(Path::to_path_buf);
     let store = if create {
-        let opts = StoreOptions {
-            anchor,
-            kdf,
-            ..StoreOptions::default()
-        };
         Store::create(m, opts).map_err(store_err)?
     } else {
-        let opts = OpenOptions { anchor, kdf };
+        let opts = OpenOptions {
+            anchor: opts.anchor,
+            kdf: opts.kdf,
+        };
         let (store, report) = Store::open_with(m, &opts).map_err(store_err)?;
         log::info!("PMO store {}: {report:?}", path.display());
         store
@@ -284,9 +280,8 @@ impl PmoService {
         let (store, kill_hook) = open_store_with(
             &cfg.store,
             cfg.store_size,
+            cfg.store_options.clone(),
             cfg.test_kill_in_psync,
-            cfg.kdf,
-            cfg.anchor.as_deref(),
         )?;
         let pager = Pager::new(cfg.window_size, cfg.fault_threads)?;
         Ok(Arc::new(PmoService {
@@ -743,8 +738,11 @@ struct Handler {
     service: Arc<PmoService>,
 }
 
-/// Reads the request part of a chain and writes the response part.
-fn serve_request(
+/// Reads the request part of a chain and writes the response part; returns
+/// the bytes written. Public (hidden) so the descriptor-chain fuzz target
+/// drives exactly what the control queue runs.
+#[doc(hidden)]
+pub fn serve_request(
     service: &PmoService,
     chain: virtio_queue::DescriptorChain<&GuestMemoryMmap>,
 ) -> u32 {

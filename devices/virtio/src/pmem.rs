@@ -236,7 +236,10 @@ struct FlushHandler {
 }
 
 /// Serves one request; returns the number of bytes written to the guest.
-fn serve_flush(file: &File, chain: virtio_queue::DescriptorChain<&GuestMemoryMmap>) -> u32 {
+/// Public (hidden) so the descriptor-chain fuzz target drives exactly what
+/// the request queue runs.
+#[doc(hidden)]
+pub fn serve_flush(file: &File, chain: virtio_queue::DescriptorChain<&GuestMemoryMmap>) -> u32 {
     let mem = chain.memory();
     let (Ok(mut reader), Ok(mut writer)) = (chain.clone().reader(mem), chain.clone().writer(mem))
     else {

@@ -116,7 +116,9 @@ pub struct VirtioPci {
     config: PciConfig,
     msix_cap: usize,
     dev: Box<dyn VirtioDevice>,
-    vm: Arc<VmFd>,
+    /// Where ioeventfds and MSI-X messages go; `None` only for a transport
+    /// driven without a VM ([`VirtioPci::without_vm`]).
+    vm: Option<Arc<VmFd>>,
     mem: GuestMemoryMmap,
     msix: SharedMsix,
     isr: Arc<AtomicU8>,
@@ -166,6 +168,27 @@ impl VirtioPci {
     pub fn new(
         dev: Box<dyn VirtioDevice>,
         vm: Arc<VmFd>,
+        mem: GuestMemoryMmap,
+        mapper: Option<SlotMapper>,
+    ) -> Result<Self, VirtioPciError> {
+        Self::build(dev, Some(vm), mem, mapper)
+    }
+
+    /// A transport with no VM behind it: notify writes only reach the
+    /// queues' eventfds through the BAR and MSI-X messages are dropped
+    /// (pending bits still work). The fuzz targets drive the registers with
+    /// it; devices with shared memory are refused (nothing can map it).
+    #[doc(hidden)]
+    pub fn without_vm(
+        dev: Box<dyn VirtioDevice>,
+        mem: GuestMemoryMmap,
+    ) -> Result<Self, VirtioPciError> {
+        Self::build(dev, None, mem, None)
+    }
+
+    fn build(
+        dev: Box<dyn VirtioDevice>,
+        vm: Option<Arc<VmFd>>,
         mem: GuestMemoryMmap,
         mapper: Option<SlotMapper>,
     ) -> Result<Self, VirtioPciError> {
@@ -260,7 +283,7 @@ impl VirtioPci {
         Ok(VirtioPci {
             config,
             msix_cap,
-            msix: Arc::new(Mutex::new(Msix::new(vectors, Some(vm.clone())))),
+            msix: Arc::new(Mutex::new(Msix::new(vectors, vm.clone()))),
             dev,
             vm,
             mem,
@@ -570,12 +593,16 @@ impl VirtioPci {
     }
 
     fn register_notifiers(&mut self, base: u64) {
+        let Some(vm) = self.vm.clone() else {
+            self.notify_base = Some(base);
+            return;
+        };
         if let Some(old) = self.notify_base.take() {
             for (i, q) in self.queues.iter().enumerate() {
                 let addr = IoEventAddress::Mmio(
                     old + NOTIFY_OFFSET + i as u64 * u64::from(NOTIFY_MULTIPLIER),
                 );
-                if let Err(e) = self.vm.unregister_ioevent(&q.notify, &addr, NoDatamatch) {
+                if let Err(e) = vm.unregister_ioevent(&q.notify, &addr, NoDatamatch) {
                     log::warn!("virtio-pci: unregister ioeventfd: {e}");
                 }
             }
@@ -584,7 +611,7 @@ impl VirtioPci {
             let addr = IoEventAddress::Mmio(
                 base + NOTIFY_OFFSET + i as u64 * u64::from(NOTIFY_MULTIPLIER),
             );
-            if let Err(e) = self.vm.register_ioevent(&q.notify, &addr, NoDatamatch) {
+            if let Err(e) = vm.register_ioevent(&q.notify, &addr, NoDatamatch) {
                 log::error!("virtio-pci: register ioeventfd at {base:#x}: {e}");
                 return;
             }

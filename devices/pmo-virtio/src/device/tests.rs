@@ -30,9 +30,16 @@ fn service_with(dir: &Path, predictor: Option<&str>) -> Result<Arc<PmoService>, 
         fault_threads: 2,
         test_kill_in_psync: None,
         predictor: predictor.map(str::to_string),
-        kdf: crate::crypto::KdfParams::INSECURE_FAST,
-        anchor: None,
+        store_options: fast_store(),
     })
+}
+
+/// A default-sized store whose PMOs use the cheapest Argon2id cost.
+fn fast_store() -> StoreOptions {
+    StoreOptions {
+        kdf: crate::crypto::KdfParams::INSECURE_FAST,
+        ..StoreOptions::default()
+    }
 }
 
 fn service(dir: &Path) -> Arc<PmoService> {
@@ -760,8 +767,7 @@ fn hostile_guest_threads_race_requests_and_touches_without_crossing_pmos() {
         fault_threads: 2,
         test_kill_in_psync: None,
         predictor: Some("stream:2".into()),
-        kdf: crate::crypto::KdfParams::INSECURE_FAST,
-        anchor: None,
+        store_options: fast_store(),
     })
     .unwrap();
     let r = Race {
