@@ -17,11 +17,12 @@
 //! | [`cxl_mailbox`] | the CXL Type 3 register BAR (component + device blocks), mailbox commands, HDM decoders |
 //! | [`virtio_pci`] | the virtio-pci transport: common config, ISR, device config, notify, MSI-X table/PBA, PCI config space |
 //! | [`virtio_chains`] | descriptor chains on a split queue into virtio-pmem's and virtio-pmo's request handlers |
-//! | `store_image` | (reserved) structure-aware store images, written with the store format change |
+//! | [`store_image`] | the PMO store on images a keyless editor changed (record, superblock, tree and journal fields with every unkeyed checksum recomputed): open, fsck, attach, fault, psync, destroy |
 
 pub mod common;
 pub mod cxl_mailbox;
 pub mod pmo_service;
+pub mod store_image;
 pub mod virtio_chains;
 pub mod virtio_pci;
 
@@ -34,4 +35,5 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("cxl_mailbox", cxl_mailbox::run),
     ("virtio_pci", virtio_pci::run),
     ("virtio_chains", virtio_chains::run),
+    ("store_image", store_image::run),
 ];

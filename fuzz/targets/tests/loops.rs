@@ -102,6 +102,11 @@ fn virtio_chains() {
     run_loop("virtio_chains", 1000, 1024);
 }
 
+#[test]
+fn store_image() {
+    run_loop("store_image", 1000, 256);
+}
+
 /// The loop can fail: a target that panics on some input is caught, and
 /// the input is saved where the message says.
 #[test]

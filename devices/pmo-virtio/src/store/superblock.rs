@@ -67,7 +67,9 @@ impl Superblock {
         Ok(sb)
     }
 
-    fn encode(&self) -> Vec<u8> {
+    /// One copy as written, with its (unkeyed) checksum: public for tools, tamper tests and the
+    /// store-image fuzz target, which edit a copy the way a keyless editor would.
+    pub fn encode(&self) -> Vec<u8> {
         let mut e = Enc::default();
         e.bytes(MAGIC)
             .u32(FORMAT_VERSION)
@@ -81,7 +83,8 @@ impl Superblock {
         e.0
     }
 
-    fn decode(b: &[u8]) -> Result<Self, SuperblockError> {
+    /// Decodes one copy (checksum and version, not geometry: see [`Superblock::read`]).
+    pub fn decode(b: &[u8]) -> Result<Self, SuperblockError> {
         let mut d = Dec::new(b);
         let bad = |_| SuperblockError::Invalid;
         if d.take(8).map_err(bad)? != MAGIC {
