@@ -59,6 +59,12 @@ for t in "${targets[@]}"; do
     seeds=()
     [[ -d fuzz/targets/regressions/$t ]] && seeds+=("fuzz/targets/regressions/$t")
     before=$(find "$artifacts" -type f | wc -l)
+    # The targets that start threads for every input get thread-local
+    # records of exiting threads reported as leaks now and then (one kind
+    # suppressed in lsan.supp, one still open: docs/fuzzing.md), so they run
+    # without leak checking until that is settled.
+    extra=()
+    case $t in pmo_service | virtio_chains) extra=(-detect_leaks=0) ;; esac
     log=$logs/$t.log
     echo "== $t: ${secs}s (log: $log)"
     set +e
@@ -66,7 +72,7 @@ for t in "${targets[@]}"; do
     # and window targets map a few hundred MiB under ASan.
     nice -n 10 cargo +nightly fuzz run --fuzz-dir "$fuzz_dir" "$t" "$corpus" "${seeds[@]}" -- \
         -max_total_time="$secs" -max_len=1024 -timeout=60 -rss_limit_mb=4096 \
-        -print_final_stats=1 >"$log" 2>&1
+        -print_final_stats=1 "${extra[@]}" >"$log" 2>&1
     rc=$?
     set -e
     execs=$(awk '/^stat::number_of_executed_units:/ {print $2}' "$log" | tail -1)
