@@ -281,8 +281,22 @@ fn edit_record_field(r: &mut Record, inp: &mut Input) {
         5 => r.keys.uid ^= v,
         6 => flip(&mut r.keys.salt, inp),
         7 => flip(&mut r.keys.paper_iv, inp),
-        8 => r.keys.kdf.m_kib = v as u32,
-        9 => r.keys.kdf.t = v as u32,
+        // An in-bounds cost makes an attach spend up to seconds (the bound is tested in the
+        // store's attack tests): out of bounds, or cheap.
+        8 => {
+            r.keys.kdf.m_kib = if v & 1 == 1 {
+                v as u32 | 1 << 31
+            } else {
+                8 + v as u32 % 64
+            }
+        }
+        9 => {
+            r.keys.kdf.t = if v & 1 == 1 {
+                v as u32 | 1 << 31
+            } else {
+                1 + v as u32 % 3
+            }
+        }
         10 => flip(&mut r.kcv, inp),
         11 => r.epoch = v,
         12 => r.next_epoch = v,

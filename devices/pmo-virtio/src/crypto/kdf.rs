@@ -45,6 +45,9 @@ impl KdfParams {
     pub const MAX_T: u32 = 16;
     /// Most lanes a record may ask for.
     pub const MAX_P: u32 = 8;
+    /// Most work a record may ask for, memory times passes in KiB: 4 GiB-passes, about 20 times
+    /// the default, a few seconds here. An edited record can make an attach spend at most this.
+    pub const MAX_WORK_KIB: u64 = 4 << 20;
 
     /// Checks the bounds; values outside them (from a damaged or edited record, or a bad
     /// option) are refused before any memory is allocated.
@@ -52,7 +55,8 @@ impl KdfParams {
         let ok = (1..=Self::MAX_P).contains(&self.p)
             && (1..=Self::MAX_T).contains(&self.t)
             && self.m_kib <= Self::MAX_M_KIB
-            && u64::from(self.m_kib) >= 8 * u64::from(self.p);
+            && u64::from(self.m_kib) >= 8 * u64::from(self.p)
+            && u64::from(self.m_kib) * u64::from(self.t) <= Self::MAX_WORK_KIB;
         if ok {
             Ok(())
         } else {
@@ -141,7 +145,10 @@ mod tests {
         );
         assert_eq!(KdfParams::parse("fast").unwrap(), KdfParams::INSECURE_FAST);
         assert_eq!(KdfParams::parse("m=1G,t=1").unwrap().m_kib, 1 << 20);
+        assert_eq!(KdfParams::parse("m=256M,t=16").unwrap().t, 16);
         for bad in [
+            "m=1G,t=5",
+            "m=512M,t=16",
             "m=2G",
             "t=0",
             "t=17",
