@@ -104,15 +104,7 @@ where
 fn setup_pmo(design: Design, suite: Suite) -> impl Fn() -> (Arc<CrashMedium>, Store) {
     move || {
         let m = Arc::new(CrashMedium::new(LEN));
-        let s = Store::create(
-            m.clone() as Arc<dyn Medium>,
-            pmo_virtio::store::StoreOptions {
-                slots: 8,
-                kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let s = Store::create(m.clone() as Arc<dyn Medium>, fast_options(8)).unwrap();
         s.create_pmo_with(
             "p",
             NP * PAGE as u64,
@@ -136,15 +128,7 @@ fn setup_pmo(design: Design, suite: Suite) -> impl Fn() -> (Arc<CrashMedium>, St
 fn crash_during_create() {
     let setup = || {
         let m = Arc::new(CrashMedium::new(LEN));
-        let s = Store::create(
-            m.clone() as Arc<dyn Medium>,
-            pmo_virtio::store::StoreOptions {
-                slots: 8,
-                kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let s = Store::create(m.clone() as Arc<dyn Medium>, fast_options(8)).unwrap();
         (m, s)
     };
     let n = sweep(

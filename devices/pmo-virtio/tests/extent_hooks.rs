@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use pmo_virtio::crypto::PAGE;
 use pmo_virtio::medium::{CrashMedium, CrashMode, Medium, MediumError};
-use pmo_virtio::store::{Perm, Store, StoreOptions};
+use pmo_virtio::store::{Perm, Store};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -101,15 +101,7 @@ impl Medium for Checked {
 #[test]
 fn extents_are_in_use_whenever_the_store_touches_them() {
     let m = Arc::new(Checked::new(CrashMedium::new(MEDIUM)));
-    let s = Store::create(
-        m.clone() as Arc<dyn Medium>,
-        StoreOptions {
-            slots: 16,
-            kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let s = Store::create(m.clone() as Arc<dyn Medium>, fast_options(16)).unwrap();
     let k = key("k");
     s.create_pmo("a", 8 * PAGE as u64, &k).unwrap();
     s.create_pmo("b", 4 * PAGE as u64, &k).unwrap();

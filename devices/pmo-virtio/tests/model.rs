@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use pmo_virtio::crypto::PAGE;
 use pmo_virtio::medium::{CrashMedium, CrashMode, Medium};
-use pmo_virtio::store::{CreateOptions, Design, Perm, Session, Store, StoreOptions};
+use pmo_virtio::store::{CreateOptions, Design, Perm, Session, Store};
 use proptest::prelude::*;
 use std::sync::Arc;
 
@@ -45,11 +45,7 @@ proptest! {
     #[test]
     fn store_matches_model(ops in prop::collection::vec(op(), 1..12)) {
         let mut m = Arc::new(CrashMedium::new(4 << 20));
-        let mut s = Store::create(m.clone() as Arc<dyn Medium>, StoreOptions {
-                slots: 4,
-                kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
-                ..Default::default()
-            }).unwrap();
+        let mut s = Store::create(m.clone() as Arc<dyn Medium>, fast_options(4)).unwrap();
         s.create_pmo_with("m", NP * PAGE as u64, &key("k"), CreateOptions::default()).unwrap();
         let mut model: Vec<[u8; PAGE]> = vec![[0u8; PAGE]; NP as usize];
         let mut design = Design::D;

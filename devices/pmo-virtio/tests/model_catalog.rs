@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use pmo_virtio::crypto::PAGE;
 use pmo_virtio::medium::{CrashMedium, CrashMode, Medium};
-use pmo_virtio::store::{Perm, Store, StoreError, StoreOptions};
+use pmo_virtio::store::{Perm, Store, StoreError};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -106,11 +106,7 @@ proptest! {
     #[test]
     fn catalog_matches_model(ops in prop::collection::vec(op(), 1..14)) {
         let mut m = Arc::new(CrashMedium::new(LEN));
-        let mut s = Store::create(m.clone() as Arc<dyn Medium>, StoreOptions {
-                slots: 3,
-                kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
-                ..Default::default()
-            }).unwrap();
+        let mut s = Store::create(m.clone() as Arc<dyn Medium>, fast_options(3)).unwrap();
         let mut model = Model::new();
         for op in ops {
             match &op {

@@ -103,15 +103,7 @@ fn a_64_gib_pmo_is_sparse() {
     use std::os::unix::fs::MetadataExt;
     let path = std::env::temp_dir().join(format!("pmo-64g-{}", std::process::id()));
     let m: Arc<dyn Medium> = Arc::new(FileMedium::create(&path, 140 << 30).unwrap());
-    let s = Store::create(
-        m,
-        StoreOptions {
-            slots: 16,
-            kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let s = Store::create(m, fast_options(16)).unwrap();
     let k = key("k");
     s.create_pmo("big", 64 << 30, &k).unwrap();
     let w = s.attach("big", Perm::Write, &k).unwrap();

@@ -351,22 +351,14 @@ fn id_designs_defer_tags_to_detach_and_recover_after_power_loss() {
 #[test]
 fn the_store_file_at_rest_holds_no_plaintext_or_key() {
     use pmo_virtio::medium::{FileMedium, Medium};
-    use pmo_virtio::store::{Store, StoreOptions};
+    use pmo_virtio::store::Store;
     use std::sync::Arc;
     let path = std::env::temp_dir().join(format!("pmo-atrest-{}", std::process::id()));
     let k = key("FILE-KEY-MARKER-51c2");
     let marker = b"FILE-PLAINTEXT-MARKER-9a0f";
     {
         let m: Arc<dyn Medium> = Arc::new(FileMedium::create(&path, 8 << 20).unwrap());
-        let s = Store::create(
-            m,
-            StoreOptions {
-                slots: 8,
-                kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let s = Store::create(m, fast_options(8)).unwrap();
         s.create_pmo("f", 16 * PAGE as u64, &k).unwrap();
         let mut p = [0u8; PAGE];
         for c in p.chunks_mut(128) {

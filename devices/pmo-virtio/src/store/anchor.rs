@@ -121,16 +121,8 @@ impl Anchor {
             .mode(0o600)
             .open(path)
             .map_err(io)?;
-        let a = Anchor {
-            path: path.to_owned(),
-            uuid,
-            secret,
-            state: Mutex::new(State {
-                file,
-                counter: slots.iter().copied().max().unwrap_or(0),
-                slots: slots.to_vec(),
-            }),
-        };
+        let counter = slots.iter().copied().max().unwrap_or(0);
+        let a = Anchor::with(path, uuid, secret, file, counter, slots.to_vec());
         {
             let st = a.lock();
             st.file
@@ -177,16 +169,7 @@ impl Anchor {
         let mut c = [0u8; 8];
         c.copy_from_slice(&h[64..72]);
         let counter = u64::from_le_bytes(c);
-        let a = Anchor {
-            path: path.to_owned(),
-            uuid,
-            secret,
-            state: Mutex::new(State {
-                file,
-                counter,
-                slots: Vec::new(),
-            }),
-        };
+        let a = Anchor::with(path, uuid, secret, file, counter, Vec::new());
         let mac: [u8; 32] = h[HEADER_BODY..].try_into().map_err(|_| damaged("header"))?;
         if !bool::from(subtle::ConstantTimeEq::ct_eq(
             &a.header_mac(&h[..HEADER_BODY])[..],
@@ -222,6 +205,26 @@ impl Anchor {
         }
         a.lock().slots = v;
         Ok(Some(a))
+    }
+
+    fn with(
+        path: &Path,
+        uuid: [u8; 16],
+        secret: Zeroizing<[u8; 32]>,
+        file: File,
+        counter: u64,
+        slots: Vec<u64>,
+    ) -> Anchor {
+        Anchor {
+            path: path.to_owned(),
+            uuid,
+            secret,
+            state: Mutex::new(State {
+                file,
+                counter,
+                slots,
+            }),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

@@ -140,10 +140,15 @@ impl Record {
     /// is current. `store_uuid` ties the record to its store.
     pub fn bound_bytes(&self, store_uuid: &[u8; 16]) -> Vec<u8> {
         let mut e = Enc::default();
+        e.bytes(store_uuid).u32(PAGE as u32);
+        self.put_bound(&mut e);
+        e.0
+    }
+
+    /// The bound fields, in the order both the record and its MAC input carry them.
+    fn put_bound(&self, e: &mut Enc) {
         let (n, nb) = self.name_field();
-        e.bytes(store_uuid)
-            .u32(PAGE as u32)
-            .u8(self.design.code())
+        e.u8(self.design.code())
             .u8(self.keys.suite.code())
             .u8(n)
             .bytes(&nb)
@@ -162,7 +167,6 @@ impl Record {
             .bytes(&self.root)
             .u64(self.commit)
             .u64(self.pending_tags);
-        e.0
     }
 
     /// Sets the record MAC with the PMO's keys (after a change of a bound field).
@@ -186,30 +190,9 @@ impl Record {
     /// Encodes the record with its checksum (public for tamper tests and tools).
     pub fn encode(&self) -> Vec<u8> {
         let mut e = Enc::default();
-        let (n, nb) = self.name_field();
-        e.u32(MAGIC)
-            .u64(self.seq)
-            .u8(self.state.code())
-            .u8(self.design.code())
-            .u8(self.keys.suite.code())
-            .u8(n)
-            .bytes(&nb)
-            .u64(self.npages)
-            .u64(self.ext_off)
-            .u64(self.ext_len)
-            .u64(self.keys.uid)
-            .bytes(&self.keys.salt)
-            .bytes(&self.keys.paper_iv)
-            .u32(self.keys.kdf.m_kib)
-            .u32(self.keys.kdf.t)
-            .u32(self.keys.kdf.p)
-            .bytes(&self.kcv)
-            .u64(self.epoch)
-            .u64(self.next_epoch)
-            .bytes(&self.root)
-            .u64(self.commit)
-            .u64(self.pending_tags)
-            .bytes(&self.rec_mac)
+        e.u32(MAGIC).u64(self.seq).u8(self.state.code());
+        self.put_bound(&mut e);
+        e.bytes(&self.rec_mac)
             .u64(self.journal_len)
             .bytes(&self.journal_sum)
             .u64(self.tsc_dirty);

@@ -10,17 +10,19 @@ pub fn key(s: &str) -> UserKey {
     UserKey::new(s.as_bytes()).unwrap()
 }
 
+/// A store of `slots` slots whose PMOs use the cheapest Argon2id cost (tests attach thousands
+/// of times; the default cost is 0.2 s each).
+pub fn fast_options(slots: u32) -> StoreOptions {
+    StoreOptions {
+        slots,
+        kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+        ..Default::default()
+    }
+}
+
 pub fn fresh(len: u64) -> (Arc<CrashMedium>, Store) {
     let m = Arc::new(CrashMedium::new(len));
-    let s = Store::create(
-        m.clone() as Arc<dyn Medium>,
-        StoreOptions {
-            slots: 16,
-            kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let s = Store::create(m.clone() as Arc<dyn Medium>, fast_options(16)).unwrap();
     (m, s)
 }
 
