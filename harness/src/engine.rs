@@ -21,12 +21,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use pmo_virtio::crypto::{Suite, UserKey, PAGE};
-use pmo_virtio::medium::{FileMedium, Medium, PmTiming, TimedMedium};
-use pmo_virtio::pager::{FillError, PageSource, Pager, PagerError, SliceStats};
-use pmo_virtio::store::{
+use pmo_store::crypto::{Suite, UserKey, PAGE};
+use pmo_store::medium::{FileMedium, Medium, PmTiming, TimedMedium};
+use pmo_store::{
     CreateOptions, Design, DetachHandle, Perm, Session, Store, StoreError, StoreOptions,
 };
+use pmo_virtio::pager::{FillError, PageSource, Pager, PagerError, SliceStats};
 
 use crate::workloads::{PlainMem, Workload, WorkloadError};
 
@@ -42,7 +42,7 @@ pub enum EngineError {
     #[error("predictor: {0}")]
     Policy(#[from] pmo_policies::PolicyError),
     #[error("medium: {0}")]
-    Medium(#[from] pmo_virtio::medium::MediumError),
+    Medium(#[from] pmo_store::medium::MediumError),
     #[error("temp dir: {0}")]
     Io(#[from] std::io::Error),
     #[error(
@@ -264,7 +264,7 @@ impl Env {
             medium,
             StoreOptions {
                 slots: 64,
-                kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+                kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
                 ..Default::default()
             },
         )?;

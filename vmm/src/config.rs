@@ -28,7 +28,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
 
-use pmo_virtio::crypto::KdfParams;
+use pmo_store::crypto::KdfParams;
 use serde::Deserialize;
 
 use crate::layout;

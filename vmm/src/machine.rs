@@ -6,9 +6,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use pmo_store::StoreOptions;
 use pmo_virtio::device::{DeviceError, PmoDevice, PmoDeviceConfig, PmoService};
 use pmo_virtio::pager::Pager;
-use pmo_virtio::store::StoreOptions;
 use virtio_devices::pmem::{Pmem, PmemError};
 use virtio_devices::VirtioDevice;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};

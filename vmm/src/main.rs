@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use pmo_store::crypto::KdfParams;
+use pmo_store::CreateOptions;
 use pmo_virtio::cli_support as store_cli;
 use pmo_virtio::cli_support::StoreFile;
-use pmo_virtio::crypto::KdfParams;
-use pmo_virtio::store::CreateOptions;
 
 use pmovmm::config::{ConsoleOutput, RunArgs, VmConfig};
 use pmovmm::exit::ExitReason;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cxl_t3::cache::BLOCK;
 use cxl_t3::expander::{CxlMedium, Expander, ExpanderConfig, ExpanderError};
 use cxl_t3::media::{MediaError, HEADER_LEN};
-use pmo_virtio::medium::Medium;
+use pmo_store::medium::Medium;
 
 const KEY256: [u8; 64] = [0x3c; 64];
 const KEY128: [u8; 32] = [0xa5; 32];
@@ -281,8 +281,8 @@ fn evictions_under_concurrent_writers_keep_every_byte() {
 
 #[test]
 fn pmo_store_on_a_keyed_cxl_medium() {
-    use pmo_virtio::crypto::{UserKey, PAGE};
-    use pmo_virtio::store::{Perm, Store, StoreOptions};
+    use pmo_store::crypto::{UserKey, PAGE};
+    use pmo_store::{Perm, Store, StoreOptions};
     let name = "cxl-name-marker-7c1d";
     for keyed in [false, true] {
         let path = tmp(&format!("store{keyed}"));
@@ -296,7 +296,7 @@ fn pmo_store_on_a_keyed_cxl_medium() {
             m,
             StoreOptions {
                 slots: 16,
-                kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+                kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
                 ..Default::default()
             },
         )
@@ -477,8 +477,8 @@ fn writes_racing_evictions_are_not_lost() {
 #[test]
 fn store_extents_are_keyed_through_the_provider() {
     use cxl_t3::expander::ExtentKeys;
-    use pmo_virtio::crypto::{UserKey, PAGE};
-    use pmo_virtio::store::{Perm, Store, StoreOptions};
+    use pmo_store::crypto::{UserKey, PAGE};
+    use pmo_store::{Perm, Store, StoreOptions};
     use zeroize::Zeroizing;
     let keys_with = |salt: u8| -> Arc<ExtentKeys> {
         Arc::new(move |slot, _off, _len| Some(Zeroizing::new(vec![slot as u8 ^ salt; 64])))
@@ -492,7 +492,7 @@ fn store_extents_are_keyed_through_the_provider() {
         Arc::new(m),
         StoreOptions {
             slots: 16,
-            kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+            kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
             ..Default::default()
         },
     )

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cxl_t3::expander::{CxlMedium, Expander, ExpanderConfig};
-use pmo_virtio::crypto::{ExtentKeyring, UserKey, PAGE};
-use pmo_virtio::store::{Perm, Store, StoreError, StoreOptions};
+use pmo_store::crypto::{ExtentKeyring, UserKey, PAGE};
+use pmo_store::{Perm, Store, StoreError, StoreOptions};
 
 const SIZE: u64 = 32 << 20;
 
@@ -52,7 +52,7 @@ fn each_pmo_extent_has_its_own_range_key_and_the_media_holds_no_plaintext() {
             Arc::new(m),
             StoreOptions {
                 slots: 16,
-                kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+                kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
                 ..Default::default()
             },
         )

@@ -23,11 +23,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use pmo_virtio::crypto::xts::XtsCipher;
-use pmo_virtio::crypto::{UserKey, PAGE};
-use pmo_virtio::medium::{FileMedium, Medium};
+use pmo_store::crypto::xts::XtsCipher;
+use pmo_store::crypto::{UserKey, PAGE};
+use pmo_store::medium::{FileMedium, Medium};
+use pmo_store::{Perm, Session, Store, StoreOptions};
 use pmo_virtio::pager::{FillError, PageSource, Pager};
-use pmo_virtio::store::{Perm, Session, Store, StoreOptions};
 
 /// Decrypt-only source: the cost of the fault path without integrity.
 struct DecryptOnly {
@@ -208,7 +208,7 @@ fn main() {
     let store = Store::create(
         medium,
         StoreOptions {
-            kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+            kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
             ..StoreOptions::default()
         },
     )

@@ -6,9 +6,9 @@
 //! PMOs here use the cheapest Argon2id cost, so the figures are the designs' own; the key
 //! derivation adds a fixed cost per attach that `kdf_attach` measures.
 
-use pmo_virtio::crypto::{UserKey, PAGE};
-use pmo_virtio::medium::{FileMedium, Medium, PmTiming, TimedMedium};
-use pmo_virtio::store::{Design, Perm, Store, StoreOptions};
+use pmo_store::crypto::{UserKey, PAGE};
+use pmo_store::medium::{FileMedium, Medium, PmTiming, TimedMedium};
+use pmo_store::{Design, Perm, Store, StoreOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,7 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             m,
             StoreOptions {
                 slots: 16,
-                kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+                kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
                 ..Default::default()
             },
         )?;

@@ -4,11 +4,11 @@
 //! takes paths and values, prints human output (with a progress bar for long operations) to the
 //! given writers, and returns a typed result.
 
-use crate::crypto::{Suite, UserKey};
-use crate::medium::{FileMedium, Medium, MediumError};
-use crate::store::record::{read_slot, SlotContent};
-use crate::store::superblock::Superblock;
-use crate::store::{
+use pmo_store::crypto::{Suite, UserKey};
+use pmo_store::medium::{FileMedium, Medium, MediumError};
+use pmo_store::record::{read_slot, SlotContent};
+use pmo_store::superblock::Superblock;
+use pmo_store::{
     CreateOptions, Design, FsckReport, OpenOptions, PmoInfo, RecoveryReport, Store, StoreError,
     StoreOptions,
 };
@@ -270,7 +270,7 @@ pub fn store_inspect(path: &Path, out: &mut dyn Write) -> Result<Inspection, Cli
                 damaged.push(slot);
             }
             SlotContent::Valid { rec, copy } => {
-                if rec.state == crate::store::PmoState::Free {
+                if rec.state == pmo_store::PmoState::Free {
                     continue;
                 }
                 writeln!(
@@ -407,7 +407,7 @@ mod tests {
             16 << 20,
             &key,
             CreateOptions {
-                kdf: Some(crate::crypto::KdfParams::INSECURE_FAST),
+                kdf: Some(pmo_store::crypto::KdfParams::INSECURE_FAST),
                 ..CreateOptions::default()
             },
             &mut out,
@@ -424,8 +424,8 @@ mod tests {
         // Tamper with the file: one byte of the PMO's first page, after writing it.
         {
             let (s, _) = open_store(sf).unwrap();
-            let w = s.attach("db", crate::store::Perm::Write, &key).unwrap();
-            w.psync([(0u64, &[9u8; crate::crypto::PAGE])]).unwrap();
+            let w = s.attach("db", pmo_store::Perm::Write, &key).unwrap();
+            w.psync([(0u64, &[9u8; pmo_store::crypto::PAGE])]).unwrap();
             w.detach().wait().unwrap();
             let off = s.list()[0].extent.0 + 100;
             let mut b = [0u8; 1];

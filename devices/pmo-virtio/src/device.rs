@@ -19,11 +19,11 @@ use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
-use crate::crypto::{UserKey, PAGE};
-use crate::medium::{FileMedium, KillInPsync, Medium};
 use crate::pager::{Detected, FillError, PageSource, Pager, PagerError, SliceStats, HIST_BUCKETS};
 use crate::proto::{self, Request, Status};
-use crate::store::{Design, OpenOptions, Perm, Session, Store, StoreError, StoreOptions};
+use pmo_store::crypto::{UserKey, PAGE};
+use pmo_store::medium::{FileMedium, KillInPsync, Medium};
+use pmo_store::{Design, OpenOptions, Perm, Session, Store, StoreError, StoreOptions};
 
 /// Virtio device type of the PMO device (unassigned in virtio 1.3; see docs/virtio-pmo.md).
 pub const VIRTIO_ID_PMO: u32 = 63;
@@ -39,7 +39,7 @@ pub enum DeviceError {
     #[error("PMO store {path}: {source}")]
     Medium {
         path: PathBuf,
-        source: crate::medium::MediumError,
+        source: pmo_store::medium::MediumError,
     },
     #[error("PMO store {path}: {source}")]
     Store { path: PathBuf, source: StoreError },
@@ -213,7 +213,7 @@ impl EventSink {
 /// What a detach leaves behind.
 struct Detached {
     /// The store finishing the session in the background.
-    pending: Option<crate::store::DetachHandle>,
+    pending: Option<pmo_store::DetachHandle>,
     /// The session failed (see [`SessionSource::failure`]).
     failure: Option<Status>,
 }
@@ -634,7 +634,7 @@ fn config_bytes(window_size: u64) -> Vec<u8> {
     v.extend_from_slice(&window_size.to_le_bytes());
     v.extend_from_slice(&(proto::MAX_NAME_LEN as u32).to_le_bytes());
     v.extend_from_slice(&(proto::KEY_FIELD as u32).to_le_bytes());
-    v.extend_from_slice(&crate::store::MAX_PMO_SIZE.to_le_bytes());
+    v.extend_from_slice(&pmo_store::MAX_PMO_SIZE.to_le_bytes());
     v
 }
 

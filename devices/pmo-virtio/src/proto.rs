@@ -7,7 +7,7 @@
 
 use zeroize::Zeroizing;
 
-use crate::store::Perm;
+use pmo_store::Perm;
 
 pub const VERSION: u16 = 1;
 /// Bytes of a name field on the wire (NUL-padded).

@@ -24,9 +24,9 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use pmo_store::StoreOptions;
 use pmo_virtio::device::{PmoDeviceConfig, PmoService};
 use pmo_virtio::proto::{self, Request, Status};
-use pmo_virtio::store::StoreOptions;
 
 use crate::common::{Input, ScratchDir};
 
@@ -71,7 +71,7 @@ pub fn service_config(dir: &Path) -> PmoDeviceConfig {
         // Real Argon2id at its cheapest: the default cost would make each attach 0.2 s.
         store_options: StoreOptions {
             slots: 64,
-            kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+            kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
             ..StoreOptions::default()
         },
     }

@@ -22,12 +22,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use pmo_virtio::crypto::{KdfParams, Suite, UserKey, PAGE};
-use pmo_virtio::medium::{check_range, CrashMedium, CrashMode, Medium, MediumError};
-use pmo_virtio::store::record::{Record, MAX_NAME};
-use pmo_virtio::store::superblock::{Superblock, SB_SIZE, SLOT_SIZE};
-use pmo_virtio::store::tree::{group_hash, TreeLayout, ARITY, LEAF, NODE};
-use pmo_virtio::store::{CreateOptions, Design, Perm, Store, StoreError, StoreOptions};
+use pmo_store::crypto::{KdfParams, Suite, UserKey, PAGE};
+use pmo_store::medium::{check_range, CrashMedium, CrashMode, Medium, MediumError};
+use pmo_store::record::{Record, MAX_NAME};
+use pmo_store::superblock::{Superblock, SB_SIZE, SLOT_SIZE};
+use pmo_store::tree::{group_hash, TreeLayout, ARITY, LEAF, NODE};
+use pmo_store::{CreateOptions, Design, Perm, Store, StoreError, StoreOptions};
 
 use crate::common::Input;
 
@@ -514,7 +514,7 @@ impl Allowed {
 
 /// Ends a session: a detach (on a thread of the store's) or a drop (the crash handler, inline).
 /// Threads are slow to start under AddressSanitizer, so most inputs drop.
-fn end(session: pmo_virtio::store::Session, detach: bool) {
+fn end(session: pmo_store::Session, detach: bool) {
     if detach {
         let _ = session.detach().wait();
     }

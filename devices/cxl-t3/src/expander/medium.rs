@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use pmo_virtio::medium::{check_range, Medium, MediumError};
+use pmo_store::medium::{check_range, Medium, MediumError};
 use zeroize::Zeroizing;
 
 use super::{Expander, ExpanderError};
@@ -72,7 +72,7 @@ impl CxlMedium {
 
     /// Keys each PMO extent with its own key from the PMO service's keyring
     /// (derived from the VMM's master key; nothing stored).
-    pub fn with_keyring(self, keyring: pmo_virtio::crypto::ExtentKeyring) -> Self {
+    pub fn with_keyring(self, keyring: pmo_store::crypto::ExtentKeyring) -> Self {
         self.with_extent_keys(Arc::new(move |slot, off, len| {
             Some(keyring.extent_key(slot, off, len))
         }))

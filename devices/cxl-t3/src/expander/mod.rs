@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use pmo_virtio::crypto::wipe;
+use pmo_store::crypto::wipe;
 use uffd::{AnonMap, Fault, Install, Uffd};
 use vmm_sys_util::eventfd::EventFd;
 

@@ -37,7 +37,7 @@ fn service_with(dir: &Path, predictor: Option<&str>) -> Result<Arc<PmoService>, 
 /// A default-sized store whose PMOs use the cheapest Argon2id cost.
 fn fast_store() -> StoreOptions {
     StoreOptions {
-        kdf: crate::crypto::KdfParams::INSECURE_FAST,
+        kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
         ..StoreOptions::default()
     }
 }

@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::crypto::PAGE;
 use pmo_policies::{FaultEvent, Predictor};
+use pmo_store::crypto::PAGE;
 use uffd::AnonMap;
 pub use uffd::{Fault, Install, Uffd};
 use zeroize::Zeroize;

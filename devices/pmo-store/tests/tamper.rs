@@ -2,11 +2,11 @@
 
 mod common;
 use common::*;
-use pmo_virtio::crypto::PAGE;
-use pmo_virtio::medium::CrashMedium;
-use pmo_virtio::store::record::{arbitrate, SlotContent};
-use pmo_virtio::store::superblock::SLOT_SIZE;
-use pmo_virtio::store::{Perm, Store, StoreError};
+use pmo_store::crypto::PAGE;
+use pmo_store::medium::CrashMedium;
+use pmo_store::record::{arbitrate, SlotContent};
+use pmo_store::superblock::SLOT_SIZE;
+use pmo_store::{Perm, Store, StoreError};
 use std::sync::Arc;
 
 const NP: u64 = 8;
@@ -210,8 +210,8 @@ fn whole_pmo_rollback_needs_an_external_counter() {
 /// memory (the journal is streamed).
 #[test]
 fn a_tampered_committed_journal_is_refused() {
-    use pmo_virtio::medium::{CrashMode, Medium};
-    use pmo_virtio::store::{PmoState, RecoveryAction};
+    use pmo_store::medium::{CrashMode, Medium};
+    use pmo_store::{PmoState, RecoveryAction};
     for edit in ["tree-group-byte", "entry-count"] {
         let (m, s) = fresh(MEDIUM);
         s.create_pmo("p", NP * PAGE as u64, &key("k")).unwrap();

@@ -2,9 +2,9 @@
 
 mod common;
 use common::*;
-use pmo_virtio::crypto::PAGE;
-use pmo_virtio::medium::{CrashMedium, FileMedium, Medium, MediumError};
-use pmo_virtio::store::{Perm, Store, StoreError, StoreOptions, DEFAULT_SLOTS};
+use pmo_store::crypto::PAGE;
+use pmo_store::medium::{CrashMedium, FileMedium, Medium, MediumError};
+use pmo_store::{Perm, Store, StoreError, StoreOptions, DEFAULT_SLOTS};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -69,7 +69,7 @@ fn a_full_table_of_65536_pmos() {
     let s = Store::create(
         m,
         StoreOptions {
-            kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+            kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
             ..StoreOptions::default()
         },
     )

@@ -5,9 +5,9 @@
 //! select a group with e.g. `cargo bench -p pmo-virtio -- cipher`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use pmo_virtio::crypto::{KeyParams, PageId, PmoKeys, Suite, UserKey, XtsCipher, PAGE};
-use pmo_virtio::medium::{FileMedium, Medium};
-use pmo_virtio::store::{CreateOptions, Design, Perm, Store, StoreOptions};
+use pmo_store::crypto::{KeyParams, PageId, PmoKeys, Suite, UserKey, XtsCipher, PAGE};
+use pmo_store::medium::{FileMedium, Medium};
+use pmo_store::{CreateOptions, Design, Perm, Store, StoreOptions};
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,7 +18,7 @@ const SUITES: [Suite; 3] = [Suite::XtsBlake3, Suite::Paper, Suite::AesGcm];
 fn keys(suite: Suite) -> PmoKeys {
     PmoKeys::derive(
         &UserKey::new(b"bench").unwrap(),
-        KeyParams::generate(suite, pmo_virtio::crypto::KdfParams::INSECURE_FAST).unwrap(),
+        KeyParams::generate(suite, pmo_store::crypto::KdfParams::INSECURE_FAST).unwrap(),
     )
     .unwrap()
 }
@@ -81,7 +81,7 @@ fn store_with(len: u64, name: &str) -> (Store, PathBuf) {
             m,
             StoreOptions {
                 slots: 64,
-                kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+                kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
                 ..Default::default()
             },
         )

@@ -1,5 +1,10 @@
-//! The PMO store: on-media format, per-page encryption and integrity, crash-atomic psync,
-//! recovery, and the designs of the papers.
+//! The PMO store: encrypted persistent memory objects on a medium.
+//!
+//! Three parts, each its own module: the [`medium`] that persists bytes (a file, or a test
+//! medium that crashes or is killed on cue), the [`crypto`] that protects pages (Argon2id root
+//! key, per-page AES-XTS with keyed tags), and the store proper (this module and its children):
+//! the on-media format, crash-atomic psync, recovery and the designs of the papers. It knows
+//! nothing of virtio or userfaultfd: the PMO device, the CXL expander and the host tools use it.
 //!
 //! Layout of a medium (all little endian; see docs/store.md):
 //!
@@ -18,8 +23,10 @@
 mod alloc;
 pub mod anchor;
 mod codec;
+pub mod crypto;
 pub mod design;
 mod journal;
+pub mod medium;
 pub mod record;
 mod recovery;
 mod session;

@@ -2,7 +2,7 @@
 //! meaningful on a shared, oversubscribed machine where wall-clock benches are inflated by
 //! waiting for a CPU. `cargo run --release -p pmo-virtio --example crypto_speed`.
 
-use pmo_virtio::crypto::{KeyParams, PageId, PmoKeys, Suite, UserKey, XtsCipher, PAGE};
+use pmo_store::crypto::{KeyParams, PageId, PmoKeys, Suite, UserKey, XtsCipher, PAGE};
 use std::hint::black_box;
 
 fn cpu_ns() -> u128 {
@@ -47,12 +47,12 @@ fn main() {
         report("xts-only (xts-mode crate)", m, cpu_ns() - t);
     }
     for suite in [Suite::XtsBlake3, Suite::Paper, Suite::AesGcm] {
-        let params = KeyParams::generate(suite, pmo_virtio::crypto::KdfParams::INSECURE_FAST)
+        let params = KeyParams::generate(suite, pmo_store::crypto::KdfParams::INSECURE_FAST)
             .unwrap_or_else(|_| unreachable!());
         let key = UserKey::new(b"speed").unwrap_or_else(|_| unreachable!());
         let k = PmoKeys::derive(&key, params).unwrap_or_else(|_| unreachable!());
         let t = cpu_ns();
-        let mut tag = [0u8; pmo_virtio::crypto::TAG_LEN];
+        let mut tag = [0u8; pmo_store::crypto::TAG_LEN];
         for i in 0..n {
             let id = PageId {
                 uid: 1,

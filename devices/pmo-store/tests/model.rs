@@ -4,9 +4,9 @@
 
 mod common;
 use common::*;
-use pmo_virtio::crypto::PAGE;
-use pmo_virtio::medium::{CrashMedium, CrashMode, Medium};
-use pmo_virtio::store::{CreateOptions, Design, Perm, Session, Store};
+use pmo_store::crypto::PAGE;
+use pmo_store::medium::{CrashMedium, CrashMode, Medium};
+use pmo_store::{CreateOptions, Design, Perm, Session, Store};
 use proptest::prelude::*;
 use std::sync::Arc;
 

@@ -9,8 +9,8 @@
 
 mod common;
 use common::*;
-use pmo_virtio::crypto::PAGE;
-use pmo_virtio::store::{Perm, Store, StoreError};
+use pmo_store::crypto::PAGE;
+use pmo_store::{Perm, Store, StoreError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

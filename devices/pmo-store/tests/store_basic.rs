@@ -1,9 +1,9 @@
 mod common;
 use common::*;
-use pmo_virtio::crypto::Suite;
-use pmo_virtio::crypto::{UserKey, PAGE};
-use pmo_virtio::medium::CrashMedium;
-use pmo_virtio::store::{CreateOptions, Design, Perm, PmoState, StoreError};
+use pmo_store::crypto::Suite;
+use pmo_store::crypto::{UserKey, PAGE};
+use pmo_store::medium::CrashMedium;
+use pmo_store::{CreateOptions, Design, Perm, PmoState, StoreError};
 use std::sync::Arc;
 
 /// A fresh store holding PMO `name` of `npages` pages with `design` (default suite), and its key.
@@ -11,7 +11,7 @@ fn fresh_with_pmo(
     name: &str,
     npages: u64,
     design: Design,
-) -> (Arc<CrashMedium>, pmo_virtio::store::Store, UserKey) {
+) -> (Arc<CrashMedium>, pmo_store::Store, UserKey) {
     let (m, s) = fresh(MEDIUM);
     let k = key("k");
     s.create_pmo_with(
@@ -58,7 +58,7 @@ fn create_attach_psync_detach_reopen_every_design_and_suite() {
             sess.fault(5, &mut out).unwrap();
             assert_eq!(out, p5b, "{design:?} {suite:?}");
             sess.detach().wait().unwrap();
-            let (_m2, s2, rep) = reopen(m.crash_image(pmo_virtio::medium::CrashMode::DropAll));
+            let (_m2, s2, rep) = reopen(m.crash_image(pmo_store::medium::CrashMode::DropAll));
             assert!(rep.actions.is_empty(), "{rep:?}");
             let r = s2.attach("obj", Perm::Read, &k).unwrap();
             r.fault(1, &mut out).unwrap();
@@ -311,7 +311,7 @@ fn destroy_reclaims_space_and_name() {
 
 #[test]
 fn id_designs_defer_tags_to_detach_and_recover_after_power_loss() {
-    use pmo_virtio::medium::CrashMode;
+    use pmo_store::medium::CrashMode;
     for design in [Design::BpId, Design::SpId] {
         let (m, s, k) = fresh_with_pmo("a", 8, design);
         let w = s.attach("a", Perm::Write, &k).unwrap();
@@ -350,8 +350,8 @@ fn id_designs_defer_tags_to_detach_and_recover_after_power_loss() {
 
 #[test]
 fn the_store_file_at_rest_holds_no_plaintext_or_key() {
-    use pmo_virtio::medium::{FileMedium, Medium};
-    use pmo_virtio::store::Store;
+    use pmo_store::medium::{FileMedium, Medium};
+    use pmo_store::Store;
     use std::sync::Arc;
     let path = std::env::temp_dir().join(format!("pmo-atrest-{}", std::process::id()));
     let k = key("FILE-KEY-MARKER-51c2");

@@ -7,12 +7,12 @@
 
 mod common;
 use common::*;
-use pmo_virtio::crypto::{KdfParams, PmoKeys, Suite, PAGE};
-use pmo_virtio::medium::{CrashMedium, Medium};
-use pmo_virtio::store::record::{arbitrate, Record, SlotContent};
-use pmo_virtio::store::superblock::SLOT_SIZE;
-use pmo_virtio::store::tree::{Leaf, LEAF};
-use pmo_virtio::store::{
+use pmo_store::crypto::{KdfParams, PmoKeys, Suite, PAGE};
+use pmo_store::medium::{CrashMedium, Medium};
+use pmo_store::record::{arbitrate, Record, SlotContent};
+use pmo_store::superblock::SLOT_SIZE;
+use pmo_store::tree::{Leaf, LEAF};
+use pmo_store::{
     AnchorError, CreateOptions, Design, OpenOptions, Perm, Store, StoreError, StoreOptions,
 };
 use std::sync::Arc;

@@ -5,9 +5,9 @@
 
 mod common;
 use common::*;
-use pmo_virtio::crypto::PAGE;
-use pmo_virtio::medium::{CrashMedium, CrashMode, Medium, MediumError};
-use pmo_virtio::store::{Perm, Store};
+use pmo_store::crypto::PAGE;
+use pmo_store::medium::{CrashMedium, CrashMode, Medium, MediumError};
+use pmo_store::{Perm, Store};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 

@@ -1,7 +1,7 @@
 #![allow(dead_code)]
-use pmo_virtio::crypto::{UserKey, PAGE};
-use pmo_virtio::medium::{CrashMedium, Medium};
-use pmo_virtio::store::{Store, StoreOptions};
+use pmo_store::crypto::{UserKey, PAGE};
+use pmo_store::medium::{CrashMedium, Medium};
+use pmo_store::{Store, StoreOptions};
 use std::sync::Arc;
 
 pub const MEDIUM: u64 = 12 << 20;
@@ -15,7 +15,7 @@ pub fn key(s: &str) -> UserKey {
 pub fn fast_options(slots: u32) -> StoreOptions {
     StoreOptions {
         slots,
-        kdf: pmo_virtio::crypto::KdfParams::INSECURE_FAST,
+        kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
         ..Default::default()
     }
 }
@@ -26,7 +26,7 @@ pub fn fresh(len: u64) -> (Arc<CrashMedium>, Store) {
     (m, s)
 }
 
-pub fn reopen(img: Vec<u8>) -> (Arc<CrashMedium>, Store, pmo_virtio::store::RecoveryReport) {
+pub fn reopen(img: Vec<u8>) -> (Arc<CrashMedium>, Store, pmo_store::RecoveryReport) {
     let m = Arc::new(CrashMedium::from_image(img));
     let (s, r) = Store::open(m.clone() as Arc<dyn Medium>).unwrap();
     (m, s, r)

@@ -4,9 +4,9 @@
 
 mod common;
 use common::*;
-use pmo_virtio::crypto::{Suite, PAGE};
-use pmo_virtio::medium::{CrashMedium, CrashMode, Medium};
-use pmo_virtio::store::{CreateOptions, Design, Perm, PmoState, Store, StoreError};
+use pmo_store::crypto::{Suite, PAGE};
+use pmo_store::medium::{CrashMedium, CrashMode, Medium};
+use pmo_store::{CreateOptions, Design, Perm, PmoState, Store, StoreError};
 use std::sync::Arc;
 
 const LEN: u64 = 4 << 20;

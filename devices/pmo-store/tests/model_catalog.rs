@@ -4,9 +4,9 @@
 
 mod common;
 use common::*;
-use pmo_virtio::crypto::PAGE;
-use pmo_virtio::medium::{CrashMedium, CrashMode, Medium};
-use pmo_virtio::store::{Perm, Store, StoreError};
+use pmo_store::crypto::PAGE;
+use pmo_store::medium::{CrashMedium, CrashMode, Medium};
+use pmo_store::{Perm, Store, StoreError};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
