@@ -7,10 +7,10 @@
 //!
 //! | design | attach | fault | psync | detach |
 //! |---|---|---|---|---|
-//! | `wedi` (WED/Ip) | decrypt + verify every page | copy from the attach-time plaintext | encrypt dirty pages via TSC, then re-verify every page (whole-PMO checksum) | re-encrypt every page under a new version |
-//! | `bp-ip`, `bp-id` | key check | decrypt + verify one page (DP, CPF) | encrypt dirty pages into TSC (P), commit, copy (CP) | re-encrypt every touched page (EPP, CPP), scrub TSC (DS) |
-//! | `sp-ip`, `sp-id` | key check | decrypt + verify one page (DP) | encrypt dirty pages into TSC (P/EPP), commit, copy | scrub TSC (DS) |
-//! | `d` (LPMO) | key check | decrypt + verify into the window (Dc) | encrypt dirty pages into TSC (EP), commit, copy (TC) | scrub TSC (DT) |
+//! | `wedi` (WED/Ip) | decrypt + verify every page | copy from the attach-time plaintext | encrypt dirty pages via journal area, then re-verify every page (whole-PMO checksum) | re-encrypt every page under a new version |
+//! | `bp-ip`, `bp-id` | key check | decrypt + verify one page (DP, CPF) | encrypt dirty pages into journal area (P), commit, copy (CP) | re-encrypt every touched page (EPP, CPP), scrub journal area (DS) |
+//! | `sp-ip`, `sp-id` | key check | decrypt + verify one page (DP) | encrypt dirty pages into journal area (P/EPP), commit, copy | scrub journal area (DS) |
+//! | `d` (LPMO) | key check | decrypt + verify into the window (Dc) | encrypt dirty pages into journal area (EP), commit, copy (TC) | scrub journal area (DT) |
 //!
 //! The `id` variants defer the per-page tag (the paper's checksum) from psync to detach (UC):
 //! psync encrypts and commits pages with a zero tag (their version is still covered by the tree),

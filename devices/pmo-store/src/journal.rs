@@ -1,6 +1,6 @@
-//! The redo journal kept in a PMO's TSC (temporary shadow copy) area.
+//! The redo journal kept in a PMO's journal area (the papers' TSC, temporary shadow copy).
 //!
-//! A psync writes every new ciphertext page and every changed tree group into the TSC as
+//! A psync writes every new ciphertext page and every changed tree group into the journal area as
 //! (destination, bytes) entries and persists them; only then does the PMO record commit to the
 //! journal's length and checksum (state TC). Applying the journal copies the entries to their
 //! destinations. Recovery re-applies a committed journal (idempotent) and discards an uncommitted
@@ -17,8 +17,8 @@ const ENTRY_HEAD: u64 = 16;
 /// Journal errors.
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
-    /// The journal does not fit the TSC.
-    #[error("journal of {0} bytes exceeds the TSC")]
+    /// The journal does not fit the journal area.
+    #[error("journal of {0} bytes exceeds the journal area")]
     TooBig(u64),
     /// Header, checksum or an entry is invalid.
     #[error("journal damaged: {0}")]
@@ -33,7 +33,7 @@ pub fn entry_cost(len: u64) -> u64 {
     ENTRY_HEAD + len.div_ceil(8) * 8
 }
 
-/// Streams entries into the TSC at `base` (absolute offset), at most `cap` bytes.
+/// Streams entries into the journal area at `base` (absolute offset), at most `cap` bytes.
 pub struct JournalWriter<'a> {
     m: &'a dyn Medium,
     base: u64,
@@ -104,7 +104,7 @@ impl<'a> JournalWriter<'a> {
 }
 
 /// Reads and checks a committed journal; returns its entry count. `limit` bounds destinations
-/// (extent-relative), `cap` the TSC size. Streams: memory use does not depend on what the
+/// (extent-relative), `cap` the journal area size. Streams: memory use does not depend on what the
 /// (hostile) header claims.
 fn scan(
     m: &dyn Medium,
@@ -177,7 +177,7 @@ fn scan(
 }
 
 /// Copies entries held in memory to `ext_off + dest` and persists them (the psync fast path:
-/// the same bytes were just written to the TSC, so there is no need to read them back).
+/// the same bytes were just written to the journal area, so there is no need to read them back).
 pub fn apply_entries(
     m: &dyn Medium,
     ext_off: u64,

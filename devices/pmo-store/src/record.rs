@@ -7,8 +7,8 @@
 //! The checksum is unkeyed: it catches torn writes, not an attacker, who can recompute it. What an
 //! attacker must not change is carried by the **record MAC**, keyed by the PMO's key: every field
 //! that decides how pages are encrypted and checked or what the PMO is ([`Record::bound_bytes`]).
-//! Keyless recovery changes only the fields outside it (sequence, state, journal, TSC mark), and
-//! [`RecCell`] makes that a checked rule rather than a convention.
+//! Keyless recovery changes only the fields outside it (sequence, state, journal, journal area mark), and
+//! [`LiveRecord`] makes that a checked rule rather than a convention.
 
 use super::codec::{checksum, Dec, Enc};
 use super::design::Design;
@@ -32,12 +32,12 @@ pub enum PmoState {
     Read,
     /// Attached for writing (W).
     Write,
-    /// Encrypting dirty pages into the TSC (LPMO EP; LOaPP P / EPP): not yet committed.
-    EncryptPersist,
-    /// Committed; copying the TSC into primaries and tree (LPMO TC; LOaPP CP / CPP).
-    TscCopy,
-    /// Destroying the shadow: scrubbing the TSC (LOaPP DS; LPMO DT).
-    DestroyShadow,
+    /// Encrypting dirty pages into the journal area (LPMO EP; LOaPP P / EPP): not yet committed.
+    Journaling,
+    /// Committed; copying the journal area into primaries and tree (LPMO TC; LOaPP CP / CPP).
+    ApplyingJournal,
+    /// Destroying the shadow: scrubbing the journal area (LOaPP DS; LPMO DT).
+    ScrubbingJournal,
     /// pdestroy in progress: scrubbing the whole extent.
     Destroying,
 }
@@ -49,9 +49,9 @@ impl PmoState {
             PmoState::Detached => 1,
             PmoState::Read => 2,
             PmoState::Write => 3,
-            PmoState::EncryptPersist => 4,
-            PmoState::TscCopy => 5,
-            PmoState::DestroyShadow => 6,
+            PmoState::Journaling => 4,
+            PmoState::ApplyingJournal => 5,
+            PmoState::ScrubbingJournal => 6,
             PmoState::Destroying => 7,
         }
     }
@@ -61,9 +61,9 @@ impl PmoState {
             1 => PmoState::Detached,
             2 => PmoState::Read,
             3 => PmoState::Write,
-            4 => PmoState::EncryptPersist,
-            5 => PmoState::TscCopy,
-            6 => PmoState::DestroyShadow,
+            4 => PmoState::Journaling,
+            5 => PmoState::ApplyingJournal,
+            6 => PmoState::ScrubbingJournal,
             7 => PmoState::Destroying,
             _ => return None,
         })
@@ -75,9 +75,9 @@ impl PmoState {
             PmoState::Detached => "D",
             PmoState::Read => "R",
             PmoState::Write => "W",
-            PmoState::EncryptPersist => "EP",
-            PmoState::TscCopy => "TC",
-            PmoState::DestroyShadow => "DS",
+            PmoState::Journaling => "EP",
+            PmoState::ApplyingJournal => "TC",
+            PmoState::ScrubbingJournal => "DS",
             PmoState::Destroying => "destroying",
         }
     }
@@ -121,12 +121,12 @@ pub struct Record {
     /// The store-wide commit counter when this record last committed (create, psync, destroy):
     /// what a rollback anchor compares.
     pub commit: u64,
-    /// Bytes of the committed journal in the TSC (state TscCopy).
+    /// Bytes of the committed journal in the journal area (state ApplyingJournal).
     pub journal_len: u64,
     /// Checksum of that journal.
     pub journal_sum: [u8; 32],
-    /// High-water mark of TSC bytes written since the last scrub.
-    pub tsc_dirty: u64,
+    /// High-water mark of journal area bytes written since the last scrub.
+    pub journal_dirty: u64,
     /// Pages psync'd by an `id` design whose tags are still to be computed (their leaves hold
     /// a zero tag); the crash handler at the next attach computes them.
     pub pending_tags: u64,
@@ -195,7 +195,7 @@ impl Record {
         e.bytes(&self.rec_mac)
             .u64(self.journal_len)
             .bytes(&self.journal_sum)
-            .u64(self.tsc_dirty);
+            .u64(self.journal_dirty);
         debug_assert_eq!(e.0.len(), ENCODED_BODY);
         let sum = checksum(&[&e.0]);
         e.bytes(&sum);
@@ -235,7 +235,7 @@ impl Record {
         let rec_mac = d.arr().ok()?;
         let journal_len = d.u64().ok()?;
         let journal_sum = d.arr().ok()?;
-        let tsc_dirty = d.u64().ok()?;
+        let journal_dirty = d.u64().ok()?;
         let sum: [u8; 32] = d.arr().ok()?;
         if checksum(&[b.get(..ENCODED_BODY)?]) != sum {
             return None;
@@ -264,7 +264,7 @@ impl Record {
             rec_mac,
             journal_len,
             journal_sum,
-            tsc_dirty,
+            journal_dirty,
         })
     }
 }
@@ -376,7 +376,7 @@ mod tests {
             rec_mac: [4; 32],
             journal_len: 0,
             journal_sum: [0; 32],
-            tsc_dirty: 0,
+            journal_dirty: 0,
             pending_tags: 3,
         }
     }

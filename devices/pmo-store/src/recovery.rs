@@ -6,10 +6,10 @@
 //! | state at crash | meaning | recovery |
 //! |---|---|---|
 //! | D | at rest | nothing |
-//! | R, W | session died (process, VMM or power) | crash handler: scrub TSC, -> D |
-//! | EP | psync/detach encrypting into TSC, not committed | discard TSC, -> D (old state) |
+//! | R, W | session died (process, VMM or power) | crash handler: scrub journal area, -> D |
+//! | EP | psync/detach encrypting into journal area, not committed | discard journal area, -> D (old state) |
 //! | TC | committed, copy to primaries unfinished | verify journal, redo copy, scrub, -> D (new state) |
-//! | DS | scrubbing TSC | scrub again, -> D |
+//! | DS | scrubbing journal area | scrub again, -> D |
 //! | destroying | pdestroy scrubbing | scrub extent, -> free |
 
 use super::alloc::Allocator;
@@ -18,8 +18,8 @@ use super::record::{read_slot, Record, SlotContent};
 use super::superblock::Superblock;
 use super::tree::{TreeCache, TreeLayout};
 use super::{
-    journal, validate_name, Catalog, Gate, Geometry, OpenOptions, PmoRt, PmoState, RecCell, Store,
-    StoreError, StoreInner, EXTENT_ALIGN, MAX_PMO_SIZE,
+    journal, validate_name, Catalog, ExtentGeometry, Holders, LivePmo, LiveRecord, OpenOptions,
+    PmoState, Store, StoreError, StoreState, EXTENT_ALIGN, MAX_PMO_SIZE,
 };
 use crate::crypto::PAGE;
 use crate::medium::Medium;
@@ -30,7 +30,7 @@ use std::sync::{Arc, Condvar, Mutex};
 /// What recovery did to one PMO.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecoveryAction {
-    /// A session had died: TSC scrubbed, detached.
+    /// A session had died: journal area scrubbed, detached.
     CrashHandler,
     /// Uncommitted psync discarded (PMO as of the previous psync).
     RolledBack,
@@ -64,13 +64,13 @@ pub struct FsckReport {
     pub problems: Vec<String>,
 }
 
-fn validate(sb: &Superblock, r: &Record) -> Result<(TreeLayout, Geometry), String> {
+fn validate(sb: &Superblock, r: &Record) -> Result<(TreeLayout, ExtentGeometry), String> {
     validate_name(&r.name).map_err(|e| e.to_string())?;
     if r.npages == 0 || r.npages > MAX_PMO_SIZE / PAGE as u64 {
         return Err(format!("bad page count {}", r.npages));
     }
     let layout = TreeLayout::new(r.npages);
-    let geo = Geometry::of(r.npages, &layout);
+    let geo = ExtentGeometry::of(r.npages, &layout);
     let end = r.ext_off.checked_add(r.ext_len).ok_or("extent overflows")?;
     if r.ext_off < sb.data_off
         || end > sb.medium_len
@@ -80,8 +80,8 @@ fn validate(sb: &Superblock, r: &Record) -> Result<(TreeLayout, Geometry), Strin
     {
         return Err("extent outside data area or too small".into());
     }
-    if r.journal_len > geo.tsc_len {
-        return Err("journal longer than TSC".into());
+    if r.journal_len > geo.journal_len {
+        return Err("journal longer than journal area".into());
     }
     // Bounded before any attach spends memory and time on them.
     r.keys.kdf.check().map_err(|e| e.to_string())?;
@@ -95,7 +95,7 @@ pub(super) fn open(
     let sb = Superblock::read(&*m)?;
     let mut report = RecoveryReport::default();
     let mut alloc = Allocator::new(sb.data_off, sb.medium_len, EXTENT_ALIGN);
-    let mut names: HashMap<String, Arc<PmoRt>> = HashMap::new();
+    let mut names: HashMap<String, Arc<LivePmo>> = HashMap::new();
     let mut free_slots = BTreeMap::new();
     // Each slot's commit number as the medium has it (None: damaged), for the anchor.
     let mut commits: Vec<Option<u64>> = Vec::with_capacity(sb.slots as usize);
@@ -136,18 +136,18 @@ pub(super) fn open(
             report.bad_slots.push((slot, e.to_string()));
             continue;
         }
-        let rt = Arc::new(PmoRt {
+        let pmo = Arc::new(LivePmo {
             slot,
             name: rec.name.clone(),
             npages: rec.npages,
             ext_off: rec.ext_off,
             layout,
-            rec: Mutex::new(RecCell::new(rec, copy, &sb.uuid)),
-            gate: Mutex::new(Gate::default()),
-            cv: Condvar::new(),
+            rec: Mutex::new(LiveRecord::new(rec, copy, &sb.uuid)),
+            holders: Mutex::new(Holders::default()),
+            holders_changed: Condvar::new(),
             damaged: Mutex::new(None),
         });
-        names.insert(rt.name.clone(), rt);
+        names.insert(pmo.name.clone(), pmo);
     }
     // A store behind its anchor was rolled back: refuse it before recovery writes anything.
     let anchor = match &opts.anchor {
@@ -165,16 +165,16 @@ pub(super) fn open(
         None => None,
     };
     // Recovery may read and write the extents: key them first (inline-encrypting media).
-    let mut by_slot: Vec<&Arc<PmoRt>> = names.values().collect();
-    by_slot.sort_by_key(|rt| rt.slot);
-    for rt in by_slot {
-        let c = rt.lock_rec();
-        m.extent_in_use(rt.slot, c.rec.ext_off, c.rec.ext_len)?;
+    let mut by_slot: Vec<&Arc<LivePmo>> = names.values().collect();
+    by_slot.sort_by_key(|pmo| pmo.slot);
+    for pmo in by_slot {
+        let c = pmo.lock_rec();
+        m.extent_in_use(pmo.slot, c.rec.ext_off, c.rec.ext_len)?;
     }
-    let inner = Arc::new(StoreInner {
-        m: inner_m,
-        sb,
-        cat: Mutex::new(Catalog {
+    let inner = Arc::new(StoreState {
+        medium: inner_m,
+        superblock: sb,
+        catalog: Mutex::new(Catalog {
             names: BTreeMap::new(),
             free_slots,
             alloc,
@@ -187,31 +187,31 @@ pub(super) fn open(
     // Recover PMOs caught mid-operation.
     let mut live = BTreeMap::new();
     let mut freed = Vec::new();
-    for (name, rt) in names {
-        let found = rt.lock_rec().rec.state;
-        match recover_one(&inner, &rt)? {
+    for (name, pmo) in names {
+        let found = pmo.lock_rec().rec.state;
+        match recover_one(&inner, &pmo)? {
             None => {
-                live.insert(name, rt);
+                live.insert(name, pmo);
             }
             Some(RecoveryAction::DestroyFinished) => {
                 report
                     .actions
                     .push((name, found, RecoveryAction::DestroyFinished));
-                freed.push(rt);
+                freed.push(pmo);
             }
             Some(a) => {
                 report.actions.push((name.clone(), found, a));
-                live.insert(name, rt);
+                live.insert(name, pmo);
             }
         }
     }
     {
-        let mut cat = inner.lock_cat();
-        for rt in freed {
-            inner.m.extent_released(rt.slot)?;
-            let c = rt.lock_rec();
+        let mut cat = inner.lock_catalog();
+        for pmo in freed {
+            inner.medium.extent_released(pmo.slot)?;
+            let c = pmo.lock_rec();
             cat.alloc.release(c.rec.ext_off, c.rec.ext_len);
-            cat.free_slots.insert(rt.slot, (c.rec.seq, c.copy));
+            cat.free_slots.insert(pmo.slot, (c.rec.seq, c.copy));
         }
         report.pmos = live.len();
         cat.names = live;
@@ -220,99 +220,105 @@ pub(super) fn open(
     Ok((Store { inner }, report))
 }
 
-fn recover_one(inner: &StoreInner, rt: &PmoRt) -> Result<Option<RecoveryAction>, StoreError> {
-    let mut cell = rt.lock_rec();
+fn recover_one(inner: &StoreState, pmo: &LivePmo) -> Result<Option<RecoveryAction>, StoreError> {
+    let mut cell = pmo.lock_rec();
     let action = match cell.rec.state {
         PmoState::Detached | PmoState::Free => return Ok(None),
         PmoState::Read | PmoState::Write => RecoveryAction::CrashHandler,
-        PmoState::EncryptPersist => RecoveryAction::RolledBack,
-        PmoState::DestroyShadow => RecoveryAction::ShadowScrubbed,
-        PmoState::TscCopy => {
-            let geo = rt.geometry();
+        PmoState::Journaling => RecoveryAction::RolledBack,
+        PmoState::ScrubbingJournal => RecoveryAction::ShadowScrubbed,
+        PmoState::ApplyingJournal => {
+            let geo = pmo.geometry();
             let r = &cell.rec;
             let res = journal::apply(
-                &*inner.m,
-                rt.ext_off + geo.tsc_rel(),
-                geo.tsc_len,
+                &*inner.medium,
+                pmo.ext_off + geo.journal_rel(),
+                geo.journal_len,
                 r.journal_len,
                 &r.journal_sum,
                 r.epoch,
-                rt.ext_off,
-                geo.tsc_rel(),
+                pmo.ext_off,
+                geo.journal_rel(),
             );
             match res {
                 Ok(()) => RecoveryAction::RolledForward,
                 Err(journal::JournalError::Medium(e)) => return Err(e.into()),
                 Err(e) => {
                     let why = e.to_string();
-                    *rt.damaged.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+                    *pmo.damaged.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
                     return Ok(Some(RecoveryAction::Damaged(why)));
                 }
             }
         }
         PmoState::Destroying => {
             let (off, len) = (cell.rec.ext_off, cell.rec.ext_len);
-            inner.m.zero(off, len)?;
-            inner.m.persist(off, len)?;
+            inner.medium.zero(off, len)?;
+            inner.medium.persist(off, len)?;
             cell.rec.state = PmoState::Free;
-            inner.write_rec(rt, &mut cell)?;
+            inner.write_rec(pmo, &mut cell)?;
             return Ok(Some(RecoveryAction::DestroyFinished));
         }
     };
-    if cell.rec.tsc_dirty > 0 {
-        cell.rec.state = PmoState::DestroyShadow;
-        inner.write_rec(rt, &mut cell)?;
-        inner.scrub_tsc(rt, cell.rec.tsc_dirty)?;
-        cell.rec.tsc_dirty = 0;
+    if cell.rec.journal_dirty > 0 {
+        cell.rec.state = PmoState::ScrubbingJournal;
+        inner.write_rec(pmo, &mut cell)?;
+        inner.scrub_journal(pmo, cell.rec.journal_dirty)?;
+        cell.rec.journal_dirty = 0;
     }
     cell.rec.state = PmoState::Detached;
     cell.rec.journal_len = 0;
-    inner.write_rec(rt, &mut cell)?;
+    inner.write_rec(pmo, &mut cell)?;
     Ok(Some(action))
 }
 
 pub(super) fn fsck(store: &Store, progress: &mut dyn FnMut(u64, u64)) -> FsckReport {
     let inner = &store.inner;
     let mut rep = FsckReport::default();
-    let rts: Vec<Arc<PmoRt>> = inner.lock_cat().names.values().cloned().collect();
+    let rts: Vec<Arc<LivePmo>> = inner.lock_catalog().names.values().cloned().collect();
     let total = rts.len() as u64;
-    for (i, rt) in rts.iter().enumerate() {
+    for (i, pmo) in rts.iter().enumerate() {
         rep.pmos += 1;
         let (rec, _) = {
-            let c = rt.lock_rec();
+            let c = pmo.lock_rec();
             (c.rec.clone(), c.copy)
         };
-        if let Err(why) = validate(&inner.sb, &rec) {
-            rep.problems.push(format!("{}: {why}", rt.name));
+        if let Err(why) = validate(&inner.superblock, &rec) {
+            rep.problems.push(format!("{}: {why}", pmo.name));
             continue;
         }
-        if let Some(why) = rt.damaged.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-            rep.problems.push(format!("{}: {why}", rt.name));
+        if let Some(why) = pmo
+            .damaged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            rep.problems.push(format!("{}: {why}", pmo.name));
         }
-        let geo = rt.geometry();
-        if rec.state == PmoState::TscCopy {
+        let geo = pmo.geometry();
+        if rec.state == PmoState::ApplyingJournal {
             let r = journal::check(
-                &*inner.m,
-                rt.ext_off + geo.tsc_rel(),
-                geo.tsc_len,
+                &*inner.medium,
+                pmo.ext_off + geo.journal_rel(),
+                geo.journal_len,
                 rec.journal_len,
                 &rec.journal_sum,
                 rec.epoch,
-                geo.tsc_rel(),
+                geo.journal_rel(),
             );
             if let Err(e) = r {
-                rep.problems.push(format!("{}: {e}", rt.name));
+                rep.problems.push(format!("{}: {e}", pmo.name));
             }
         }
         let cache = TreeCache::new(rec.root);
-        if let Err(e) = cache.verify_all(&rt.layout, &*inner.m, rt.ext_off + geo.meta_rel()) {
-            rep.problems.push(format!("{}: {e}", rt.name));
+        if let Err(e) = cache.verify_all(&pmo.layout, &*inner.medium, pmo.ext_off + geo.meta_rel())
+        {
+            rep.problems.push(format!("{}: {e}", pmo.name));
         }
         progress(i as u64 + 1, total);
     }
     // Re-read the table to catch damaged slots.
-    for slot in 0..inner.sb.slots {
-        match read_slot(&*inner.m, &inner.sb, slot) {
+    for slot in 0..inner.superblock.slots {
+        match read_slot(&*inner.medium, &inner.superblock, slot) {
             Ok(SlotContent::Damaged) => rep.problems.push(format!("slot {slot}: damaged record")),
             Err(e) => rep.problems.push(format!("slot {slot}: {e}")),
             _ => {}

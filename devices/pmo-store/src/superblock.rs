@@ -27,7 +27,7 @@ pub enum SuperblockError {
     Version(u32),
     /// The superblock describes regions that do not fit the medium.
     #[error("superblock geometry does not fit the medium")]
-    Geometry,
+    ExtentGeometry,
     /// The medium failed.
     #[error(transparent)]
     Medium(#[from] MediumError),
@@ -49,7 +49,7 @@ pub struct Superblock {
 }
 
 impl Superblock {
-    /// Geometry for a new store.
+    /// ExtentGeometry for a new store.
     pub fn layout(uuid: [u8; 16], medium_len: u64, slots: u32) -> Result<Self, SuperblockError> {
         let table_off = 2 * SB_SIZE;
         let table_end = table_off + slots as u64 * SLOT_SIZE;
@@ -62,7 +62,7 @@ impl Superblock {
             data_off,
         };
         if !sb.fits(medium_len) {
-            return Err(SuperblockError::Geometry);
+            return Err(SuperblockError::ExtentGeometry);
         }
         Ok(sb)
     }
@@ -136,7 +136,7 @@ impl Superblock {
             m.read(copy * SB_SIZE, &mut b)?;
             match Self::decode(&b) {
                 Ok(sb) if sb.fits(m.len()) => return Ok(sb),
-                Ok(_) => last = SuperblockError::Geometry,
+                Ok(_) => last = SuperblockError::ExtentGeometry,
                 Err(e) => last = e,
             }
         }
@@ -200,7 +200,7 @@ mod tests {
             write_copy(&m, 1, &bad);
             assert!(matches!(
                 Superblock::read(&m),
-                Err(SuperblockError::Geometry)
+                Err(SuperblockError::ExtentGeometry)
             ));
             good.write(&m).unwrap();
         }

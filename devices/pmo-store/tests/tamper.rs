@@ -253,7 +253,7 @@ fn a_tampered_committed_journal_is_refused() {
             matches!(rep.actions[0].2, RecoveryAction::Damaged(_)),
             "{edit}: {rep:?}"
         );
-        assert_eq!(s4.list()[0].state, PmoState::TscCopy);
+        assert_eq!(s4.list()[0].state, PmoState::ApplyingJournal);
         assert!(!s4.fsck().problems.is_empty());
         assert!(matches!(
             s4.attach("p", Perm::Read, &key("k")),

@@ -306,7 +306,7 @@ fn edit_record_field(r: &mut Record, inp: &mut Input) {
         16 => flip(&mut r.rec_mac, inp),
         17 => r.journal_len = v,
         18 => flip(&mut r.journal_sum, inp),
-        19 => r.tsc_dirty = v,
+        19 => r.journal_dirty = v,
         20 => {
             let n = 1 + inp.below(MAX_NAME);
             r.name = (0..n).map(|_| char::from(b'a' + inp.u8() % 26)).collect();

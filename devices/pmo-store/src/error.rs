@@ -1,0 +1,100 @@
+//! The store's error type.
+
+use crate::crypto::CryptoError;
+use crate::medium::MediumError;
+use crate::{AllocError, AnchorError, JournalError, SuperblockError};
+
+/// Every way a store operation can fail. Messages are short and never carry key material.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No PMO of that name.
+    #[error("no PMO named {0:?}")]
+    NotFound(String),
+    /// A PMO of that name exists.
+    #[error("a PMO named {0:?} already exists")]
+    Exists(String),
+    /// Attached in a conflicting mode (many readers or one writer).
+    #[error("PMO {0:?} is attached")]
+    Busy(String),
+    /// The key does not open this PMO. Same error whatever the key and wherever it differs.
+    #[error("wrong key")]
+    WrongKey,
+    /// Name rules: 1..=64 bytes of [A-Za-z0-9._-], not starting with '.'.
+    #[error("invalid PMO name {0:?}")]
+    InvalidName(String),
+    /// Size rules: a nonzero multiple of 4096 up to 64 GiB.
+    #[error("invalid PMO size {0} (a nonzero multiple of 4096, at most 64 GiB)")]
+    InvalidSize(u64),
+    /// A page index beyond the PMO.
+    #[error("page {page} beyond PMO of {npages} pages")]
+    PageOutOfRange {
+        /// Requested page.
+        page: u64,
+        /// PMO size in pages.
+        npages: u64,
+    },
+    /// A page failed authentication; its plaintext was not returned.
+    #[error("page {page} failed integrity verification")]
+    Integrity {
+        /// The page.
+        page: u64,
+    },
+    /// PMO metadata (root, tree or journal) failed authentication or is damaged.
+    #[error("PMO {name:?} metadata failed verification: {why}")]
+    Corrupt {
+        /// PMO name.
+        name: String,
+        /// What failed.
+        why: String,
+    },
+    /// Writing through a read-only session.
+    #[error("session is read-only")]
+    ReadOnly,
+    /// No free PMO table slot.
+    #[error("PMO table full")]
+    TableFull,
+    /// Not enough free space.
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+    /// The store could not be formatted or opened.
+    #[error(transparent)]
+    Superblock(#[from] SuperblockError),
+    /// The medium failed (or an injected crash fired).
+    #[error(transparent)]
+    Medium(#[from] MediumError),
+    /// A crypto primitive failed (not a verification failure).
+    #[error("crypto: {0}")]
+    Crypto(CryptoError),
+    /// A journal could not be written.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// `wedi` holds the whole plaintext in host memory; this PMO would not fit.
+    #[error("PMO of {size} bytes is too large for design {design} on this host")]
+    TooLargeForDesign {
+        /// Design name.
+        design: &'static str,
+        /// PMO size.
+        size: u64,
+    },
+    /// A background detach thread could not be started or died.
+    #[error("detach worker failed")]
+    Worker,
+    /// A counter read from the medium is at its maximum; it is refused, never wrapped.
+    #[error("{0} exhausted")]
+    CounterExhausted(&'static str),
+    /// The rollback anchor refused the store or could not be updated.
+    #[error(transparent)]
+    Anchor(#[from] AnchorError),
+    /// A keyless record write would have changed a field bound under the record MAC (a bug).
+    #[error("internal: keyless write of a bound record field")]
+    BoundFieldChanged,
+}
+
+impl From<CryptoError> for StoreError {
+    fn from(e: CryptoError) -> Self {
+        match e {
+            CryptoError::WrongKey => StoreError::WrongKey,
+            other => StoreError::Crypto(other),
+        }
+    }
+}

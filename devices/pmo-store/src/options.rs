@@ -1,0 +1,92 @@
+//! What callers choose when they format or open a store, create or attach a PMO, and what
+//! they are told about a PMO.
+
+use crate::crypto::{KdfParams, Suite};
+use crate::{Design, PmoState, DEFAULT_SLOTS};
+use std::path::PathBuf;
+
+/// Access mode of an attach session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Perm {
+    /// Read only; many at once.
+    Read,
+    /// Read and write; exclusive.
+    Write,
+}
+
+/// Options for formatting a store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Number of PMO table slots (the most PMOs the store can hold).
+    pub slots: u32,
+    /// Rollback anchor to create for the new store (see [`anchor`]).
+    pub anchor: Option<PathBuf>,
+    /// Key-derivation cost of PMOs created through this handle without their own
+    /// (not stored: each PMO's own cost is in its record).
+    pub kdf: KdfParams,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            slots: DEFAULT_SLOTS,
+            anchor: None,
+            kdf: KdfParams::DEFAULT,
+        }
+    }
+}
+
+/// Options for opening a store.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    /// Rollback anchor: the store is refused if it is older than the anchor; the anchor is
+    /// created from the store if the file does not exist yet (see [`anchor`]).
+    pub anchor: Option<PathBuf>,
+    /// As [`StoreOptions::kdf`].
+    pub kdf: KdfParams,
+}
+
+/// Options for creating a PMO.
+#[derive(Debug, Clone, Copy)]
+pub struct CreateOptions {
+    /// Default design of its attach sessions.
+    pub design: Design,
+    /// Page cipher and tag.
+    pub suite: Suite,
+    /// Cost of deriving the PMO's root key from the user key (Argon2id); `None`: the store
+    /// handle's default (see [`StoreOptions::kdf`]).
+    pub kdf: Option<KdfParams>,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        Self {
+            design: Design::D,
+            suite: Suite::XtsBlake3,
+            kdf: None,
+        }
+    }
+}
+
+/// What `list` reports per PMO (nothing secret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PmoInfo {
+    /// Name.
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Persistent state.
+    pub state: PmoState,
+    /// Default design.
+    pub design: Design,
+    /// Suite.
+    pub suite: Suite,
+    /// Last completed psync epoch.
+    pub epoch: u64,
+    /// Table slot.
+    pub slot: u32,
+    /// Extent offset and length on the medium.
+    pub extent: (u64, u64),
+    /// Pages whose tag an `id` design still owes (nonzero only after a crash).
+    pub pending_tags: u64,
+}
