@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU16, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use kvm_ioctls::{IoEventAddress, NoDatamatch};
-use virtio_devices::{ActivateContext, ActiveQueue, InterruptKind, VirtioDevice, VirtioInterrupt};
+use virtio_devices::{ActivateContext, ActiveQueue, InterruptKind, VirtioInterrupt};
 use virtio_queue::{Queue, QueueT};
 
 /// Delivers a device's interrupts through this transport's MSI-X vectors.

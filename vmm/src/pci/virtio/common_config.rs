@@ -7,8 +7,7 @@ use super::{
 };
 use std::sync::atomic::Ordering;
 
-use virtio_devices::{VirtioDevice, VIRTIO_F_VERSION_1};
-use virtio_queue::QueueT;
+use virtio_devices::VIRTIO_F_VERSION_1;
 
 impl VirtioPci {
     pub(super) fn read_common(&self, offset: u64, data: &mut [u8]) {

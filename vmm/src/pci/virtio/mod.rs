@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex};
 
 use kvm_ioctls::VmFd;
 use virtio_devices::VirtioDevice;
-use virtio_queue::QueueT;
 use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
