@@ -60,8 +60,11 @@ pub struct Adaptive {
 }
 
 impl Adaptive {
+    /// The depth ceiling of `adaptive` without an argument.
     pub const DEFAULT_MAX_DEPTH: usize = 32;
 
+    /// A predictor that starts shallow and deepens while its predictions are used, up to
+    /// `max_depth` pages (at least 1).
     pub fn new(max_depth: usize) -> Self {
         let max_depth = max_depth.max(1);
         Adaptive {

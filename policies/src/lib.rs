@@ -58,14 +58,18 @@ pub trait Predictor: Send {
 /// A bad predictor spec string. Each message names the offending input so a CLI user sees it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
+    /// Nothing was given.
     #[error(
         "empty predictor spec (expected one of: none, stream:N, stride:N, markov:N, adaptive:MAX)"
     )]
     Empty,
+    /// The name before `:` is not a predictor.
     #[error("unknown predictor {0:?} (expected one of: none, stream:N, stride:N, markov:N, adaptive:MAX)")]
     UnknownPredictor(String),
+    /// The depth is not an integer in range.
     #[error("predictor spec {0:?}: bad depth {1:?} (expected an integer from 1 to {MAX_DEPTH})")]
     BadDepth(String, String),
+    /// `none` was given an argument.
     #[error("predictor spec {0:?}: {1:?} takes no argument")]
     UnexpectedArgument(String, String),
 }

@@ -72,10 +72,12 @@ pub struct Markov {
 }
 
 impl Markov {
+    /// A predictor of `depth` pages with the default table capacity.
     pub fn new(depth: usize) -> Self {
         Self::with_capacity(depth, DEFAULT_CAPACITY)
     }
 
+    /// As [`Markov::new`], remembering successors of at most `capacity` pages (LRU beyond).
     pub fn with_capacity(depth: usize, capacity: usize) -> Self {
         Markov {
             depth,
@@ -92,6 +94,7 @@ impl Markov {
         self.table.len()
     }
 
+    /// No page has a successor recorded yet.
     pub fn is_empty(&self) -> bool {
         self.table.is_empty()
     }

@@ -28,10 +28,12 @@ pub struct Stream {
 }
 
 impl Stream {
+    /// A predictor of the next `depth` pages.
     pub fn new(depth: usize) -> Self {
         Stream { depth }
     }
 
+    /// How many pages ahead it predicts.
     pub fn depth(&self) -> usize {
         self.depth
     }

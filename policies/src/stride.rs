@@ -168,6 +168,7 @@ pub struct Stride {
 }
 
 impl Stride {
+    /// A predictor of `depth` pages along the detected stride.
     pub fn new(depth: usize) -> Self {
         Stride {
             depth,

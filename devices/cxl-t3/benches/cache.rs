@@ -127,7 +127,7 @@ fn uffd_run(trace: &[u64], latency_ns: u64) -> (f64, f64) {
     let base = x.host_addr() as *mut u8;
     let t = Instant::now();
     for &b in trace {
-        // SAFETY (bench): a read inside the DPA mapping; faults are served.
+        // SAFETY: a read inside the DPA mapping; faults are served.
         unsafe { std::hint::black_box(base.add((b * BLOCK) as usize).read_volatile()) };
     }
     let el = t.elapsed();
@@ -177,7 +177,7 @@ fn breakdown() -> [f64; 5] {
     let wp = per(t.elapsed(), N);
     let t = Instant::now();
     for b in 0..N {
-        // SAFETY (bench): one page of our mapping.
+        // SAFETY: one page of our mapping.
         unsafe {
             libc::madvise(
                 base.add((b * BLOCK) as usize),

@@ -31,7 +31,7 @@ fn config(media: PathBuf, size: u64, cache_blocks: u64, ways: usize) -> Expander
 /// Writes `data` at DPA `dpa` through the mapping, as a guest would.
 fn poke(x: &Expander, dpa: u64, data: &[u8]) {
     assert!(dpa + data.len() as u64 <= x.size());
-    // SAFETY (test): inside the DPA mapping; faults are served by the expander.
+    // SAFETY: inside the DPA mapping; faults are served by the expander.
     unsafe {
         std::ptr::copy_nonoverlapping(data.as_ptr(), (x.host_addr() + dpa) as *mut u8, data.len())
     }
@@ -40,7 +40,7 @@ fn poke(x: &Expander, dpa: u64, data: &[u8]) {
 /// Reads through the mapping.
 fn peek(x: &Expander, dpa: u64, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
-    // SAFETY (test): as in `poke`.
+    // SAFETY: as in `poke`.
     unsafe {
         std::ptr::copy_nonoverlapping((x.host_addr() + dpa) as *const u8, v.as_mut_ptr(), len)
     }
@@ -51,7 +51,7 @@ fn peek(x: &Expander, dpa: u64, len: usize) -> Vec<u8> {
 /// `peek` whose result is dropped is a dead load that release builds remove).
 fn touch(x: &Expander, dpa: u64) -> u8 {
     assert!(dpa < x.size());
-    // SAFETY (test): as in `poke`.
+    // SAFETY: as in `poke`.
     unsafe { std::ptr::read_volatile((x.host_addr() + dpa) as *const u8) }
 }
 
@@ -410,12 +410,12 @@ fn writes_racing_evictions_are_not_lost() {
             let mut n = 0u64;
             loop {
                 let want = if n >= SLOTS { n - SLOTS + 1 } else { 0 };
-                // SAFETY (test): inside the DPA mapping; faults are served.
+                // SAFETY: inside the DPA mapping; faults are served.
                 let got = unsafe { std::ptr::read_volatile(slot(n)) };
                 if got != want {
                     lost.fetch_add(1, Ordering::Relaxed);
                 }
-                // SAFETY (test): as above.
+                // SAFETY: as above.
                 unsafe { std::ptr::write_volatile(slot(n), n + 1) };
                 n += 1;
                 if n.is_multiple_of(256) {

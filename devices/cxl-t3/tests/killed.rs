@@ -2,6 +2,9 @@
 //! binary: the child is forked from it, and a fork in flight would briefly
 //! share other tests' media locks.
 
+// Test code: an unwrap that fails is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use cxl_t3::cache::BLOCK;
 use cxl_t3::expander::{Expander, ExpanderConfig};
 
@@ -18,9 +21,9 @@ fn config(media: std::path::PathBuf) -> ExpanderConfig {
 /// The child: open, dirty a block, die by SIGKILL.
 fn killed_child(path: &str) -> ! {
     let x = Expander::open(&config(path.into())).unwrap();
-    // SAFETY (test): a write inside the DPA mapping; the fault is served.
+    // SAFETY: a write inside the DPA mapping; the fault is served.
     unsafe { (x.host_addr() as *mut u8).write_volatile(0x5a) };
-    // SAFETY (test): kills this process, as a crashing VMM would die.
+    // SAFETY: kills this process, as a crashing VMM would die.
     unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     unreachable!("SIGKILL returned");
 }

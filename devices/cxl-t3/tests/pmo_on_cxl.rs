@@ -4,6 +4,9 @@
 //! keys are derived again at reopen, and another master key reads nothing
 //! (the store's page MACs reject what it gets).
 
+// Test code: an unwrap that fails is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -4,6 +4,9 @@
 //! crypto + copy + metadata cost of the store, not of a disk. Run with `cargo bench -p pmo-virtio`;
 //! select a group with e.g. `cargo bench -p pmo-virtio -- cipher`.
 
+// Test code: an unwrap that fails is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use pmo_store::crypto::{KeyParams, PageId, PmoKeys, Suite, UserKey, XtsCipher, PAGE};
 use pmo_store::medium::{FileMedium, Medium};

@@ -5,6 +5,9 @@
 //! of the file. Each test is named after the attack it stops, and each of them failed against
 //! the store before the record MAC, generations and the anchor existed.
 
+// Test code: an unwrap that fails is a failed test.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 use common::*;
 use pmo_store::crypto::{KdfParams, PmoKeys, Suite, PAGE};

@@ -7,6 +7,9 @@
 //! names from several threads for a fixed number of steps, and a watchdog fails the test if the
 //! steps stop advancing (a hang guard, generous, not a speed assertion).
 
+// Test code: an unwrap that fails is a failed test.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 use common::*;
 use pmo_store::crypto::PAGE;

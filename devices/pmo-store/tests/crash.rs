@@ -2,6 +2,9 @@
 //! crash only persisted writes survive (or, in random mode, any subset of unpersisted cache
 //! lines), the store is reopened, and each PMO must be exactly as of its last completed psync.
 
+// Test code: an unwrap that fails is a failed test.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 use common::*;
 use pmo_store::crypto::{Suite, PAGE};

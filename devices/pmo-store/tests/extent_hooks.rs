@@ -3,6 +3,9 @@
 //! key each PMO's range. The invariant checked here: every access inside an extent happens while
 //! that extent is in use, from create through recovery to destroy.
 
+// Test code: an unwrap that fails is a failed test.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 use common::*;
 use pmo_store::crypto::PAGE;

@@ -2,6 +2,9 @@
 //! random design, injected crashes, clean reopen) against a plain in-memory model of "the PMO as
 //! of its last completed psync".
 
+// Test code: an unwrap that fails is a failed test.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 use common::*;
 use pmo_store::crypto::PAGE;

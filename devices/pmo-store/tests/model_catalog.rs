@@ -2,6 +2,9 @@
 //! crashes injected at random persist points, against a model of which PMOs exist and what they
 //! hold. Also checks that no space leaks: free bytes + live extents = the data area.
 
+// Test code: an unwrap that fails is a failed test.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 use common::*;
 use pmo_store::crypto::PAGE;

@@ -1,5 +1,8 @@
 //! Scale: a full 65,536-slot table of PMOs, and open cost independent of data size.
 
+// Test code: an unwrap that fails is a failed test.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 use common::*;
 use pmo_store::crypto::PAGE;

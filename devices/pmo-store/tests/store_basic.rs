@@ -1,3 +1,10 @@
+//! The store's basic contract: every design and suite through create, attach, fault, psync,
+//! detach and reopen; typed errors for bad input; wrong keys; nothing plaintext at rest;
+//! nonblocking detach; parallel sessions; destroy; the `id` designs' deferred tags.
+
+// Test code: an unwrap that fails is a failed test.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 use common::*;
 use pmo_store::crypto::Suite;

@@ -1,5 +1,8 @@
 //! Offline tampering with the medium is detected on access and the page is never returned.
 
+// Test code: an unwrap that fails is a failed test.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 use common::*;
 use pmo_store::crypto::PAGE;

@@ -31,6 +31,7 @@ pub enum InterruptKind {
 
 /// Raises guest interrupts on behalf of a device, from any thread.
 pub trait VirtioInterrupt: Send + Sync {
+    /// Sets the ISR bit of `kind` and sends its MSI-X vector, if the driver assigned one.
     fn trigger(&self, kind: InterruptKind) -> io::Result<()>;
 }
 
@@ -38,6 +39,7 @@ pub trait VirtioInterrupt: Send + Sync {
 pub struct ActiveQueue {
     /// Position of the queue in the device's queue list.
     pub index: u16,
+    /// The ring addresses and size the driver programmed.
     pub queue: Queue,
     /// Signalled (by KVM, through an ioeventfd) whenever the driver notifies this queue.
     pub notify: EventFd,
@@ -45,16 +47,26 @@ pub struct ActiveQueue {
 
 /// Everything a device needs to start serving its queues.
 pub struct ActivateContext {
+    /// Guest memory the rings and buffers live in.
     pub mem: GuestMemoryMmap,
+    /// How the device tells the driver about used buffers and config changes.
     pub interrupt: Arc<dyn VirtioInterrupt>,
+    /// The queues the driver enabled, in queue-index order.
     pub queues: Vec<ActiveQueue>,
 }
 
 /// Why a device refused to start.
 #[derive(Debug, thiserror::Error)]
 pub enum ActivateError {
+    /// The driver enabled a different number of queues than the device serves.
     #[error("expected {expected} queues, got {got}")]
-    QueueCount { expected: usize, got: usize },
+    QueueCount {
+        /// Queues the device serves.
+        expected: usize,
+        /// Queues the driver enabled.
+        got: usize,
+    },
+    /// The thread that serves the queues could not start.
     #[error("cannot start the queue worker: {0}")]
     Worker(#[from] WorkerError),
 }
@@ -96,6 +108,7 @@ pub trait VirtioDevice: Send {
 pub struct DeviceMemory {
     /// Host virtual address of the mapping; stays valid while the device lives.
     pub host_addr: u64,
+    /// Length of the mapping in bytes.
     pub len: u64,
 }
 

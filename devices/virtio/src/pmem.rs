@@ -33,12 +33,30 @@ pub const PMEM_ALIGN: u64 = 2 << 20;
 /// Errors opening a pmem backing file.
 #[derive(Debug, thiserror::Error)]
 pub enum PmemError {
+    /// The backing file could not be opened.
     #[error("pmem file {path}: {source}")]
-    Open { path: PathBuf, source: io::Error },
+    Open {
+        /// The backing file.
+        path: PathBuf,
+        /// Why it failed.
+        source: io::Error,
+    },
+    /// The guest maps the region with 2 MiB pages, so its size must be a multiple of that.
     #[error("pmem file {path}: size {size} is not a non-zero multiple of 2 MiB")]
-    BadSize { path: PathBuf, size: u64 },
+    BadSize {
+        /// The backing file.
+        path: PathBuf,
+        /// Its size in bytes.
+        size: u64,
+    },
+    /// The backing file could not be mapped.
     #[error("pmem file {path}: mmap: {source}")]
-    Mmap { path: PathBuf, source: io::Error },
+    Mmap {
+        /// The backing file.
+        path: PathBuf,
+        /// Why it failed.
+        source: io::Error,
+    },
 }
 
 /// RAII shared mapping of a whole file.

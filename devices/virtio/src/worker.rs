@@ -14,16 +14,20 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 /// Errors starting a worker thread.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
+    /// The epoll set could not be created or filled.
     #[error("epoll: {0}")]
     Epoll(io::Error),
+    /// The stop eventfd could not be created.
     #[error("eventfd: {0}")]
     EventFd(io::Error),
+    /// The thread could not be spawned.
     #[error("spawn thread: {0}")]
     Spawn(io::Error),
 }
 
 /// Called on the worker thread each time the driver notifies a queue.
 pub trait QueueHandler: Send + 'static {
+    /// Serves every available chain of queue `index` (its notification was just consumed).
     fn process_queue(&mut self, index: u16);
 }
 

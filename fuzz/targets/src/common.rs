@@ -12,14 +12,17 @@ pub struct Input<'a> {
 }
 
 impl<'a> Input<'a> {
+    /// Reads from `data`; past its end every value is zero.
     pub fn new(data: &'a [u8]) -> Self {
         Input { data }
     }
 
+    /// Every byte has been taken.
     pub fn is_empty(&self) -> bool {
         self.data.is_empty()
     }
 
+    /// The next byte.
     pub fn u8(&mut self) -> u8 {
         match self.data.split_first() {
             Some((b, rest)) => {
@@ -30,18 +33,22 @@ impl<'a> Input<'a> {
         }
     }
 
+    /// The next two bytes, little endian.
     pub fn u16(&mut self) -> u16 {
         u16::from_le_bytes([self.u8(), self.u8()])
     }
 
+    /// The next four bytes, little endian.
     pub fn u32(&mut self) -> u32 {
         u32::from_le_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
     }
 
+    /// The next eight bytes, little endian.
     pub fn u64(&mut self) -> u64 {
         u64::from(self.u32()) | (u64::from(self.u32()) << 32)
     }
 
+    /// The low bit of the next byte.
     pub fn bool(&mut self) -> bool {
         self.u8() & 1 == 1
     }
@@ -78,10 +85,12 @@ impl<'a> Input<'a> {
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator whose sequence is fixed by `seed` (SplitMix64).
     pub fn new(seed: u64) -> Self {
         Rng(seed)
     }
 
+    /// The next value of the sequence.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
@@ -103,6 +112,7 @@ impl Rng {
 pub struct ScratchDir(PathBuf);
 
 impl ScratchDir {
+    /// A fresh, empty directory whose name carries `tag`, the process id and a counter.
     pub fn new(tag: &str) -> std::io::Result<Self> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let shm = Path::new("/dev/shm");
@@ -121,6 +131,7 @@ impl ScratchDir {
         Ok(ScratchDir(dir))
     }
 
+    /// Where it is.
     pub fn path(&self) -> &Path {
         &self.0
     }

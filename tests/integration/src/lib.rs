@@ -77,8 +77,11 @@ pub fn run_shell(spec: &VmSpec) -> Result<Option<i32>> {
 pub struct HostRun {
     /// Exit code; `None` if killed (timeout) or by a signal.
     pub exit_code: Option<i32>,
+    /// Everything it wrote to stdout.
     pub stdout: String,
+    /// Everything it wrote to stderr.
     pub stderr: String,
+    /// It was killed because it outran the timeout.
     pub timed_out: bool,
 }
 

@@ -336,7 +336,9 @@ impl VmSpec {
 /// A signal the runner sends the VMM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VmSignal {
+    /// SIGTERM: the VMM shuts down cleanly (flushes what it holds).
     Term,
+    /// SIGKILL: the VMM dies at once, as in a host crash.
     Kill,
 }
 
@@ -355,6 +357,7 @@ impl VmSignal {
 pub struct SignalOn {
     /// `scenario.check`.
     pub check: String,
+    /// Which signal.
     pub signal: VmSignal,
 }
 

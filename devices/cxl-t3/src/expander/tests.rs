@@ -75,12 +75,12 @@ fn guest_path_faults_fill_and_first_write_marks_dirty() {
     let c = cfg("guest", 1 << 20, 16, 8);
     let x = Expander::open(&c).unwrap();
     let p = x.host_addr() as *mut u8;
-    // SAFETY (test): reads and writes inside the DPA mapping; faults are served.
+    // SAFETY: reads and writes inside the DPA mapping; faults are served.
     let v = unsafe { p.add(5 * BLOCK as usize).read_volatile() };
     assert_eq!(v, 0);
     assert_eq!(x.stats().fills, 1);
     assert_eq!(x.counters().dirty, 0);
-    // SAFETY (test): as above.
+    // SAFETY: as above.
     unsafe { p.add(5 * BLOCK as usize + 7).write_volatile(0x77) };
     assert_eq!(x.counters().dirty, 1);
     assert!(x.counters().wp_faults >= 1);
@@ -88,7 +88,7 @@ fn guest_path_faults_fill_and_first_write_marks_dirty() {
     assert_eq!(x.counters().dirty, 0);
     assert_eq!(x.stats().writebacks, 1);
     // Re-protected: the next write is seen again.
-    // SAFETY (test): as above.
+    // SAFETY: as above.
     unsafe { p.add(5 * BLOCK as usize + 8).write_volatile(0x78) };
     assert_eq!(x.counters().dirty, 1);
     let raw = std::fs::read(&c.media).unwrap();

@@ -22,6 +22,7 @@ impl ExtentKeyring {
     /// Shortest master key accepted, in bytes.
     pub const MIN_MASTER: usize = 32;
 
+    /// A keyring over `master` (at least [`Self::MIN_MASTER`] bytes; the caller wipes its copy).
     pub fn new(master: &[u8]) -> Result<Self, CryptoError> {
         if master.len() < Self::MIN_MASTER {
             return Err(CryptoError::ShortMaster(Self::MIN_MASTER));

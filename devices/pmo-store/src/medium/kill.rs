@@ -17,6 +17,7 @@ pub struct KillInPsync<M> {
 }
 
 impl<M: Medium> KillInPsync<M> {
+    /// Wraps `inner`, disarmed; once armed, the `n`-th persist kills the process.
     pub fn new(inner: M, n: u64) -> Self {
         KillInPsync {
             inner,

@@ -176,11 +176,8 @@ fn unsynced_writes_are_dropped_at_detach() {
     call(&s, OP_DETACH, &h.to_le_bytes());
     let (_, h, off, _) = attach(&s, "a", false, b"key");
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { *window(&s, off) },
-        1,
-        "the PMO is as of its last psync"
-    );
+    let first = unsafe { *window(&s, off) };
+    assert_eq!(first, 1, "the PMO is as of its last psync");
     call(&s, OP_DETACH, &h.to_le_bytes());
 }
 
