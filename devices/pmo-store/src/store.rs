@@ -54,6 +54,25 @@ impl Store {
         Self::create_with_progress(medium, opts, &mut |_, _| {})
     }
 
+    /// The store on `medium`: formatted with `opts` when `fresh` (a medium just created, see
+    /// `FileMedium::open_or_create`), else opened and recovered under the same anchor and
+    /// default key-derivation cost. The recovery report is `None` for a fresh store.
+    pub fn open_or_format(
+        medium: Arc<dyn Medium>,
+        fresh: bool,
+        opts: StoreOptions,
+    ) -> Result<(Store, Option<RecoveryReport>), StoreError> {
+        if fresh {
+            return Ok((Self::create(medium, opts)?, None));
+        }
+        let open = OpenOptions {
+            anchor: opts.anchor,
+            kdf: opts.kdf,
+        };
+        let (store, report) = Self::open_with(medium, &open)?;
+        Ok((store, Some(report)))
+    }
+
     /// [`Store::create`] reporting (done, total) table bytes scrubbed.
     pub fn create_with_progress(
         medium: Arc<dyn Medium>,

@@ -80,6 +80,36 @@ impl FileMedium {
         Self::map(file, len)
     }
 
+    /// Opens `path`, or creates it as a sparse file of `len` bytes when it does not exist and
+    /// a length is given; says whether it created it. An existing file is never truncated: the
+    /// create is exclusive, so a file that appears in between is opened, not replaced.
+    pub fn open_or_create(path: &Path, len: Option<u64>) -> Result<(Self, bool), MediumError> {
+        let Some(len) = len else {
+            return Ok((Self::open(path)?, false));
+        };
+        let created = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path);
+        match created {
+            Ok(file) => {
+                file.set_len(len).map_err(|source| MediumError::Io {
+                    what: "size medium file",
+                    source,
+                })?;
+                Ok((Self::map(file, len)?, true))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Ok((Self::open(path)?, false))
+            }
+            Err(source) => Err(MediumError::Io {
+                what: "create medium file",
+                source,
+            }),
+        }
+    }
+
     /// Opens an existing file and maps all of it.
     pub fn open(path: &Path) -> Result<Self, MediumError> {
         let file = OpenOptions::new()
@@ -383,6 +413,32 @@ impl Medium for FileMedium {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn open_or_create_never_replaces_an_existing_file() {
+        let dir = std::env::temp_dir().join(format!("pmo-fm-ooc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("m");
+        assert!(
+            FileMedium::open_or_create(&path, None).is_err(),
+            "missing, no size"
+        );
+        let (m, created) = FileMedium::open_or_create(&path, Some(1 << 20)).unwrap();
+        assert!(created);
+        assert_eq!(m.len(), 1 << 20);
+        m.write(4096, b"kept").unwrap();
+        m.persist(4096, 4).unwrap();
+        drop(m);
+        // A second call with another size opens the file as it is.
+        let (m, created) = FileMedium::open_or_create(&path, Some(2 << 20)).unwrap();
+        assert!(!created);
+        assert_eq!(m.len(), 1 << 20);
+        let mut b = [0u8; 4];
+        m.read(4096, &mut b).unwrap();
+        assert_eq!(&b, b"kept");
+        drop(m);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn sparse_file_round_trip_and_punch() {
