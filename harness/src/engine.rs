@@ -17,6 +17,7 @@
 //! compared with the plain-memory run's: a pager or store that lost or mixed up a page fails
 //! the cell loudly.
 
+use locked::RwLocked;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -290,7 +291,7 @@ struct SessionSource(RwLock<Option<Session>>);
 
 impl PageSource for SessionSource {
     fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError> {
-        let g = self.0.read().unwrap_or_else(|e| e.into_inner());
+        let g = self.0.read_locked();
         let s = g.as_ref().ok_or(FillError::Other {
             page,
             why: "detached".into(),
@@ -498,7 +499,7 @@ fn attach_one(
         Ok(x) => x,
         Err(e) => {
             // Dropping the session runs the store's crash handler: nothing changes.
-            drop(source.0.write().unwrap_or_else(|e| e.into_inner()).take());
+            drop(source.0.write_locked().take());
             return Err(e.into());
         }
     };
@@ -515,7 +516,7 @@ fn attach_one(
 }
 
 fn psync(pager: &Pager, a: &Attached) -> Result<u64, EngineError> {
-    let g = a.source.0.read().unwrap_or_else(|e| e.into_inner());
+    let g = a.source.0.read_locked();
     let s = g
         .as_ref()
         .ok_or(EngineError::Pager(PagerError::NoSlice(a.offset)))?;
@@ -546,8 +547,7 @@ fn detach(
     let s = a
         .source
         .0
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
+        .write_locked()
         .take()
         .ok_or(EngineError::Pager(PagerError::NoSlice(a.offset)))?;
     let h = s.detach();

@@ -4,6 +4,7 @@
 //! guest moves is removed and inserted again. Lookups take a read lock only,
 //! so vCPUs do not serialise on the bus itself, only on the device they hit.
 
+use locked::{Locked, RwLocked};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -51,7 +52,7 @@ impl Bus {
         if len == 0 || base.checked_add(len).is_none() {
             return Err(BusError::BadRange { base, len });
         }
-        let mut ranges = self.ranges.write().unwrap_or_else(|e| e.into_inner());
+        let mut ranges = self.ranges.write_locked();
         if let Some((&b, e)) = ranges.range(..base.saturating_add(len)).next_back() {
             if b + e.len > base {
                 return Err(BusError::Overlap { base, len });
@@ -63,7 +64,7 @@ impl Bus {
 
     /// Unregisters the range starting at `base`.
     pub fn remove(&self, base: u64) -> Result<(), BusError> {
-        let mut ranges = self.ranges.write().unwrap_or_else(|e| e.into_inner());
+        let mut ranges = self.ranges.write_locked();
         ranges
             .remove(&base)
             .map(|_| ())
@@ -71,7 +72,7 @@ impl Bus {
     }
 
     fn find(&self, addr: u64) -> Option<(u64, Arc<Mutex<dyn BusDevice>>)> {
-        let ranges = self.ranges.read().unwrap_or_else(|e| e.into_inner());
+        let ranges = self.ranges.read_locked();
         let (&base, e) = ranges.range(..=addr).next_back()?;
         (addr - base < e.len).then(|| (base, e.dev.clone()))
     }
@@ -80,9 +81,7 @@ impl Bus {
     pub fn read(&self, addr: u64, data: &mut [u8]) -> bool {
         match self.find(addr) {
             Some((base, dev)) => {
-                dev.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .read(addr - base, data);
+                dev.locked().read(addr - base, data);
                 true
             }
             None => {
@@ -96,9 +95,7 @@ impl Bus {
     pub fn write(&self, addr: u64, data: &[u8]) -> bool {
         match self.find(addr) {
             Some((base, dev)) => {
-                dev.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .write(addr - base, data);
+                dev.locked().write(addr - base, data);
                 true
             }
             None => false,

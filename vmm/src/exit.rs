@@ -1,5 +1,6 @@
 //! Why and when the VM stops: set once by whichever thread sees it first.
 
+use locked::Locked;
 use std::sync::Mutex;
 
 use vmm_sys_util::eventfd::EventFd;
@@ -48,7 +49,7 @@ impl VmExit {
 
     /// Records `reason` unless another one came first, and wakes the waiter.
     pub fn set(&self, reason: ExitReason) {
-        let mut r = self.reason.lock().unwrap_or_else(|e| e.into_inner());
+        let mut r = self.reason.locked();
         if r.is_none() {
             *r = Some(reason);
             if let Err(e) = self.event.write(1) {
@@ -58,21 +59,13 @@ impl VmExit {
     }
 
     pub fn is_set(&self) -> bool {
-        self.reason
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
+        self.reason.locked().is_some()
     }
 
     /// Blocks until an exit reason is set and returns it.
     pub fn wait(&self) -> ExitReason {
         loop {
-            if let Some(r) = self
-                .reason
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone()
-            {
+            if let Some(r) = self.reason.locked().clone() {
                 return r;
             }
             // A failed read (EINTR) just loops back to check again.

@@ -1,6 +1,7 @@
 //! Legacy platform devices: the 16550 console, ACPI power/reset registers,
 //! the i8042 and port-0xcf9 reset paths, and pvpanic.
 
+use locked::Locked;
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
 
@@ -83,10 +84,7 @@ pub fn spawn_stdin_reader(serial: Arc<Mutex<SerialConsole>>) {
                 }
                 let mut pending = &buf[..n as usize];
                 while !pending.is_empty() {
-                    let taken = serial
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .enqueue_input(pending);
+                    let taken = serial.locked().enqueue_input(pending);
                     pending = &pending[taken..];
                     if taken == 0 {
                         std::thread::sleep(std::time::Duration::from_millis(5));

@@ -1,6 +1,7 @@
 //! Puts the machine together: VM, legacy devices, PCI with its devices, ACPI,
 //! boot payload and vCPUs, then waits for the guest to stop.
 
+use locked::Locked;
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
@@ -208,13 +209,8 @@ impl Machine {
                 None,
             )?));
             let bar = mmio32.alloc(VirtioPci::bar0_size(), VirtioPci::bar0_size())?;
-            transport
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .set_bar0(bar);
-            root.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .add(transport.clone())?;
+            transport.locked().set_bar0(bar);
+            root.locked().add(transport.clone())?;
             pmem_files.push(file);
         }
 
@@ -249,9 +245,7 @@ impl Machine {
                 transport.set_shm_bar(mmio64.alloc(size, size)?);
             }
             refused = Some(Arc::new(PmoRefused(service.pager().clone())));
-            root.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .add(Arc::new(Mutex::new(transport)))?;
+            root.locked().add(Arc::new(Mutex::new(transport)))?;
             pmo_service = Some(service);
         }
 
@@ -266,11 +260,7 @@ impl Machine {
             let dev = CxlMemdev::new(c, bridge, vm.slot_mapper())?;
             let dev = Arc::new(Mutex::new(dev));
             cxl_devs.push(dev.clone());
-            cxl::plug(
-                &mut root.lock().unwrap_or_else(|e| e.into_inner()),
-                &bridge,
-                dev,
-            )?;
+            cxl::plug(&mut root.locked(), &bridge, dev)?;
             bridges.push(bridge);
         }
         let cxl_dsdt = cxl::dsdt(&bridges);
@@ -326,10 +316,7 @@ impl Machine {
             vcpu.start(self.pio.clone(), self.mmio.clone(), self.exit.clone())?;
         }
         let reason = self.exit.wait();
-        self.serial
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .flush();
+        self.serial.locked().flush();
         if let Some(pmo) = &self.pmo {
             // Detach what the guest left attached: the store ends each session
             // as of its last psync, scrubs the shadows, and nothing is left to recover.
@@ -343,7 +330,7 @@ impl Machine {
         for (i, dev) in self.cxl_devs.iter().enumerate() {
             // GPF. vCPUs may still run (SIGTERM): the device first leaves the
             // guest's memory map, so no store lands after the flush.
-            let mut dev = dev.lock().unwrap_or_else(|e| e.into_inner());
+            let mut dev = dev.locked();
             match dev.shutdown() {
                 Ok(()) => log::info!("cxl-t3 {i}: flushed, {:?}", dev.expander().stats()),
                 Err(err) => log::error!("cxl-t3 {i}: shutdown flush: {err}"),

@@ -1,5 +1,6 @@
 //! The KVM virtual machine: capabilities, interrupt controllers, guest RAM and memslots.
 
+use locked::Locked;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -182,7 +183,7 @@ const MAX_SLOTS: u32 = 32;
 
 impl SlotAllocator {
     fn alloc(&self) -> Result<u32, VmError> {
-        if let Some(s) = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+        if let Some(s) = self.free.locked().pop() {
             return Ok(s);
         }
         let s = self.next.fetch_add(1, Ordering::Relaxed);
@@ -193,10 +194,7 @@ impl SlotAllocator {
     }
 
     fn release(&self, slot: u32) {
-        self.free
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(slot);
+        self.free.locked().push(slot);
     }
 }
 

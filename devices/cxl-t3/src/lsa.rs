@@ -6,6 +6,7 @@
 //! area that holds a command at a chosen point and a fuzz target can run on
 //! [`MemLsa`] without files.
 
+use locked::Locked;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -69,24 +70,24 @@ impl MemLsa {
 
     /// A copy of the current contents.
     pub fn contents(&self) -> Vec<u8> {
-        self.bytes.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.bytes.locked().clone()
     }
 }
 
 impl LabelArea for MemLsa {
     fn size(&self) -> u64 {
-        self.bytes.lock().unwrap_or_else(|e| e.into_inner()).len() as u64
+        self.bytes.locked().len() as u64
     }
 
     fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>, LsaError> {
-        let b = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
+        let b = self.bytes.locked();
         check_bounds(b.len() as u64, offset, len)?;
         // In bounds of a Vec, so both fit in usize.
         Ok(b[offset as usize..(offset + len) as usize].to_vec())
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), LsaError> {
-        let mut b = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut b = self.bytes.locked();
         check_bounds(b.len() as u64, offset, data.len() as u64)?;
         b[offset as usize..offset as usize + data.len()].copy_from_slice(data);
         Ok(())

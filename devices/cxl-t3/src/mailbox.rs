@@ -14,6 +14,7 @@
 //! Every input field is checked before use: a malformed command gets a
 //! return code (Invalid Input, Unsupported), never a panic.
 
+use locked::Locked;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -303,7 +304,7 @@ pub struct Mailbox {
 }
 
 fn lock(m: &Mutex<Regs>) -> MutexGuard<'_, Regs> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.locked()
 }
 
 /// Puts a finished command's result in the registers and clears the

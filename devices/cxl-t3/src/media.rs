@@ -13,6 +13,7 @@
 //! longer ones sleep with the thread's timer slack tightened to 1 µs and
 //! spin the last stretch.
 
+use locked::Locked;
 use std::cell::Cell;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -260,10 +261,7 @@ impl Media {
 
     /// Dirty shutdowns recorded so far (including the one found at this open).
     pub fn dirty_shutdown_count(&self) -> u32 {
-        self.header
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .dirty_shutdowns
+        self.header.locked().dirty_shutdowns
     }
 
     fn offset(&self, block: u64) -> Result<u64, MediaError> {
@@ -303,7 +301,7 @@ impl Media {
 
     /// Records a clean shutdown durably (the caller flushed first).
     pub fn mark_clean(&self) -> Result<(), MediaError> {
-        let mut h = self.header.lock().unwrap_or_else(|e| e.into_inner());
+        let mut h = self.header.locked();
         if !h.running {
             return Ok(());
         }
@@ -316,7 +314,7 @@ impl Media {
 
     /// Marks the run as started again (writes after a clean shutdown), durably.
     pub fn mark_running(&self) -> Result<(), MediaError> {
-        let mut h = self.header.lock().unwrap_or_else(|e| e.into_inner());
+        let mut h = self.header.locked();
         if h.running {
             return Ok(());
         }

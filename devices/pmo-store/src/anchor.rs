@@ -23,6 +23,7 @@
 //! entry is commit 0 (never committed). Each advance writes its entry and the header and
 //! `fdatasync`s once.
 
+use locked::Locked;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -228,7 +229,7 @@ impl Anchor {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     /// The anchor's counter (the highest commit number it has seen).

@@ -23,6 +23,7 @@ use super::{
 };
 use crate::crypto::PAGE;
 use crate::medium::Medium;
+use locked::Locked;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex};
@@ -245,7 +246,7 @@ fn recover_one(inner: &StoreState, pmo: &LivePmo) -> Result<Option<RecoveryActio
                 Err(journal::JournalError::Medium(e)) => return Err(e.into()),
                 Err(e) => {
                     let why = e.to_string();
-                    *pmo.damaged.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+                    *pmo.damaged.locked() = Some(why.clone());
                     return Ok(Some(RecoveryAction::Damaged(why)));
                 }
             }
@@ -286,12 +287,7 @@ pub(super) fn fsck(store: &Store, progress: &mut dyn FnMut(u64, u64)) -> FsckRep
             rep.problems.push(format!("{}: {why}", pmo.name));
             continue;
         }
-        if let Some(why) = pmo
-            .damaged
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-        {
+        if let Some(why) = pmo.damaged.locked().clone() {
             rep.problems.push(format!("{}: {why}", pmo.name));
         }
         let geo = pmo.geometry();

@@ -9,6 +9,7 @@ use crate::record::{write_record, Record};
 use crate::superblock::Superblock;
 use crate::tree::TreeLayout;
 use crate::{codec, journal, tree, StoreError};
+use locked::Locked;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -94,10 +95,10 @@ impl LivePmo {
         ExtentGeometry::of(self.npages, &self.layout)
     }
     pub fn lock_rec(&self) -> MutexGuard<'_, LiveRecord> {
-        self.rec.lock().unwrap_or_else(|e| e.into_inner())
+        self.rec.locked()
     }
     pub fn lock_holders(&self) -> MutexGuard<'_, Holders> {
-        self.holders.lock().unwrap_or_else(|e| e.into_inner())
+        self.holders.locked()
     }
 }
 
@@ -127,7 +128,7 @@ pub(crate) struct StoreState {
 
 impl StoreState {
     pub fn lock_catalog(&self) -> MutexGuard<'_, Catalog> {
-        self.catalog.lock().unwrap_or_else(|e| e.into_inner())
+        self.catalog.locked()
     }
 
     /// Writes a record update that changes no bound field (state, journal, journal area mark):

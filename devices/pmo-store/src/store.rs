@@ -13,6 +13,7 @@ use crate::{
     AllocError, CreateOptions, Design, FsckReport, OpenOptions, Perm, PmoInfo, PmoState,
     RecoveryReport, Session, StoreError, StoreOptions, EXTENT_ALIGN, MAX_PMO_SIZE,
 };
+use locked::{Locked, Waited};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -299,10 +300,7 @@ impl Store {
     fn wait_idle(pmo: &LivePmo) -> MutexGuard<'_, Holders> {
         let mut g = pmo.lock_holders();
         while g.busy > 0 {
-            g = pmo
-                .holders_changed
-                .wait(g)
-                .unwrap_or_else(|e| e.into_inner());
+            g = pmo.holders_changed.wait_locked(g);
         }
         g
     }
@@ -369,12 +367,7 @@ impl Store {
     ) -> Result<Session, StoreError> {
         let pmo = self.lookup(name)?;
         let keys = Self::unlock(&pmo, key)?;
-        if let Some(why) = pmo
-            .damaged
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-        {
+        if let Some(why) = pmo.damaged.locked().clone() {
             return Err(StoreError::Corrupt {
                 name: name.to_string(),
                 why,

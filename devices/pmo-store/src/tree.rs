@@ -16,6 +16,7 @@
 
 use crate::crypto::{KeyGen, Tag};
 use crate::medium::{Medium, MediumError};
+use locked::Locked;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -186,12 +187,12 @@ impl TreeCache {
     }
 
     fn lock_groups(&self) -> std::sync::MutexGuard<'_, GroupMap> {
-        self.groups.lock().unwrap_or_else(|e| e.into_inner())
+        self.groups.locked()
     }
 
     /// The trusted root.
     pub fn root(&self) -> [u8; 32] {
-        *self.root.lock().unwrap_or_else(|e| e.into_inner())
+        *self.root.locked()
     }
 
     /// Returns group `g` of level `k`, verified up to the root.
@@ -297,7 +298,7 @@ impl TreeCache {
             g.insert(*k, Arc::new(v.clone()));
         }
         drop(g);
-        *self.root.lock().unwrap_or_else(|e| e.into_inner()) = up.root;
+        *self.root.locked() = up.root;
     }
 
     /// Verifies every stored group against the root (keyless structural check; O(size)).

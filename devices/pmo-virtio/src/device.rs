@@ -5,6 +5,7 @@
 //! code for the guest. The device never trusts a handle, offset or length
 //! from the guest: handles are looked up, window slices come from the pager.
 
+use locked::{Locked, RwLocked};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -149,7 +150,7 @@ impl SessionSource {
 
 impl PageSource for SessionSource {
     fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError> {
-        let guard = self.session.read().unwrap_or_else(|e| e.into_inner());
+        let guard = self.session.read_locked();
         let Some(s) = guard.as_ref() else {
             return Err(FillError::Other {
                 page,
@@ -199,7 +200,7 @@ struct EventSink {
 
 impl EventSink {
     fn post(&self, kind: u32, handle: u64, page: u64) {
-        let mut q = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self.pending.locked();
         // Bounded: a flood of failures keeps only the most recent events
         // (the attachments stay failed whatever the guest hears).
         if q.len() >= 1024 {
@@ -306,8 +307,7 @@ impl PmoService {
 
     fn attachment(&self, handle: u64) -> Result<Arc<Attachment>, Status> {
         self.attachments
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .get(&handle)
             .cloned()
             .ok_or(Status::NoEnt)
@@ -334,12 +334,7 @@ impl PmoService {
                 Ok(Vec::new())
             }
             Request::Destroy { name, key: k } => {
-                let attached = self
-                    .attachments
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .values()
-                    .any(|a| a.name == name);
+                let attached = self.attachments.locked().values().any(|a| a.name == name);
                 if attached {
                     return Err(Status::Busy);
                 }
@@ -358,7 +353,7 @@ impl PmoService {
             Request::Stat { handle } => Ok(self.stat(handle)?),
             Request::SetDesign { design } => {
                 let d = Design::from_name(&design).ok_or(Status::Inval)?;
-                *self.design.lock().unwrap_or_else(|e| e.into_inner()) = Some(d);
+                *self.design.locked() = Some(d);
                 Ok(Vec::new())
             }
             Request::List { index } => self.list(index),
@@ -366,7 +361,7 @@ impl PmoService {
     }
 
     fn attach(&self, name: &str, perm: Perm, key: &UserKey) -> Result<Vec<u8>, Status> {
-        let design = *self.design.lock().unwrap_or_else(|e| e.into_inner());
+        let design = *self.design.locked();
         let session = self
             .store
             .attach_with(name, perm, key, design)
@@ -385,13 +380,7 @@ impl PmoService {
             Err(e) => {
                 log::warn!("pmo: attach {name:?}: {e}");
                 // Dropping the session runs the store's crash handler: nothing changes.
-                drop(
-                    source
-                        .session
-                        .write()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .take(),
-                );
+                drop(source.session.write_locked().take());
                 return Err(Status::NoMem);
             }
         };
@@ -406,23 +395,20 @@ impl PmoService {
             }
         }
         let size = npages * PAGE as u64;
-        self.attachments
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                handle,
-                Arc::new(Attachment {
-                    name: name.to_string(),
-                    perm,
-                    source,
-                    offset,
-                    size,
-                    stats,
-                    psyncs: AtomicU64::new(0),
-                    psync_pages: AtomicU64::new(0),
-                    psync_ns: AtomicU64::new(0),
-                }),
-            );
+        self.attachments.locked().insert(
+            handle,
+            Arc::new(Attachment {
+                name: name.to_string(),
+                perm,
+                source,
+                offset,
+                size,
+                stats,
+                psyncs: AtomicU64::new(0),
+                psync_pages: AtomicU64::new(0),
+                psync_ns: AtomicU64::new(0),
+            }),
+        );
         let mut out = handle.to_le_bytes().to_vec();
         out.extend_from_slice(&offset.to_le_bytes());
         out.extend_from_slice(&size.to_le_bytes());
@@ -432,8 +418,7 @@ impl PmoService {
     fn detach(&self, handle: u64) -> Result<Detached, Status> {
         let a = self
             .attachments
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .remove(&handle)
             .ok_or(Status::NoEnt)?;
         let s = &a.stats;
@@ -471,12 +456,7 @@ impl PmoService {
         if let Err(e) = self.pager.detach(a.offset) {
             log::error!("pmo: detach window slice: {e}");
         }
-        let session = a
-            .source
-            .session
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let session = a.source.session.write_locked().take();
         // Nonblocking: the store finishes in the background and a later attach waits.
         Ok(Detached {
             pending: session.map(|s| s.detach()),
@@ -497,7 +477,7 @@ impl PmoService {
         if let Some(k) = &self.kill_hook {
             k.arm(true);
         }
-        let guard = a.source.session.read().unwrap_or_else(|e| e.into_inner());
+        let guard = a.source.session.read_locked();
         let session = guard.as_ref().ok_or(Status::NoEnt)?;
         // Of this attachment only: once it is detached, its offset may
         // already be a later attachment's.
@@ -563,7 +543,7 @@ impl PmoService {
         // Read the version first: a change racing the rebuild leaves a snapshot tagged older
         // than its contents, which only costs one more rebuild.
         let version = self.store.catalog_version();
-        let mut snap = self.list_snapshot.lock().unwrap_or_else(|e| e.into_inner());
+        let mut snap = self.list_snapshot.locked();
         if let Some(s) = snap.as_ref().filter(|s| s.version == version) {
             return s.entries.clone();
         }
@@ -586,8 +566,7 @@ impl PmoService {
         let (name, size) = list.get(index as usize).ok_or(Status::NoEnt)?;
         let attached = self
             .attachments
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .values()
             .filter(|a| a.name == *name)
             .map(|a| if a.perm == Perm::Write { 2u32 } else { 1 })
@@ -605,13 +584,7 @@ impl PmoService {
     /// store finished. Unsynced changes are dropped: each PMO stays as of its
     /// last psync.
     pub fn detach_all(&self) {
-        let handles: Vec<u64> = self
-            .attachments
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .copied()
-            .collect();
+        let handles: Vec<u64> = self.attachments.locked().keys().copied().collect();
         for h in handles {
             if let Ok(Detached {
                 pending: Some(pending),
@@ -791,14 +764,7 @@ impl Handler {
         let mem = self.mem.clone();
         let mut used = false;
         loop {
-            let next = self
-                .service
-                .events
-                .pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .front()
-                .copied();
+            let next = self.service.events.pending.locked().front().copied();
             let Some((kind, handle, page)) = next else {
                 break;
             };
@@ -820,12 +786,7 @@ impl Handler {
             if self.event.add_used(&mem, head, written).is_err() {
                 return;
             }
-            self.service
-                .events
-                .pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop_front();
+            self.service.events.pending.locked().pop_front();
             used = true;
         }
         if used && self.event.needs_notification(&mem).unwrap_or(true) {

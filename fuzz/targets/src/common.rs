@@ -1,6 +1,7 @@
 //! Helpers shared by the targets: a cursor that turns fuzz bytes into
 //! choices, a seeded PRNG for the stable loops, and scratch directories.
 
+use locked::Locked;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -148,7 +149,7 @@ impl Drop for ScratchDir {
 /// and [`wait_threads_gone`] waits only for the threads of its own input.
 pub fn service_lock() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    LOCK.locked()
 }
 
 /// How long background work started by an input may run on after it.

@@ -19,6 +19,7 @@
 //! reads back. The editor computes its checksums with its own code, not the store's: a bug
 //! shared by verifier and forger would cancel out.
 
+use locked::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -59,7 +60,7 @@ impl Sparse {
     }
 
     fn deep_clone(&self) -> Self {
-        let pages = self.pages.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let pages = self.pages.locked().clone();
         Sparse {
             len: self.len,
             pages: Arc::new(Mutex::new(pages)),
@@ -84,7 +85,7 @@ impl Medium for Sparse {
 
     fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), MediumError> {
         check_range(self.len, off, buf.len() as u64)?;
-        let pages = self.pages.lock().unwrap_or_else(|e| e.into_inner());
+        let pages = self.pages.locked();
         let mut at = 0usize;
         while at < buf.len() {
             let o = off + at as u64;
@@ -101,7 +102,7 @@ impl Medium for Sparse {
 
     fn write(&self, off: u64, data: &[u8]) -> Result<(), MediumError> {
         check_range(self.len, off, data.len() as u64)?;
-        let mut pages = self.pages.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pages = self.pages.locked();
         let mut at = 0usize;
         while at < data.len() {
             let o = off + at as u64;

@@ -15,6 +15,7 @@
 //! "no vector" or one the table has, status 0 after a reset, an ISR read
 //! acknowledges).
 
+use locked::Locked;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
@@ -130,7 +131,7 @@ impl VirtioDevice for Recorder {
     }
 
     fn activate(&mut self, ctx: ActivateContext) -> Result<(), ActivateError> {
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = self.seen.locked();
         assert!(!seen.active, "activated twice without a reset");
         let mut indices = BTreeSet::new();
         for q in &ctx.queues {
@@ -161,7 +162,7 @@ impl VirtioDevice for Recorder {
     }
 
     fn reset(&mut self) {
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = self.seen.locked();
         assert!(seen.active, "reset of a device that is not active");
         seen.active = false;
         seen.interrupt = None;
@@ -247,7 +248,7 @@ impl Run {
     }
 
     fn active(&self) -> bool {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner()).active
+        self.seen.locked().active
     }
 
     /// What a driver reads back is sane.
@@ -443,12 +444,7 @@ impl Run {
             }
             10 => {
                 // The device raises an interrupt (from its worker, in real life).
-                let irq = self
-                    .seen
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .interrupt
-                    .clone();
+                let irq = self.seen.locked().interrupt.clone();
                 if let Some(irq) = irq {
                     let kind = match inp.u8() % 4 {
                         0 => InterruptKind::Config,

@@ -11,6 +11,7 @@ pub mod msix;
 pub mod root_port;
 pub mod virtio;
 
+use locked::Locked;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -73,16 +74,10 @@ struct BarRoute {
 
 impl BusDevice for BarRoute {
     fn read(&mut self, offset: u64, data: &mut [u8]) {
-        self.dev
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .bar_read(self.bar, offset, data);
+        self.dev.locked().bar_read(self.bar, offset, data);
     }
     fn write(&mut self, offset: u64, data: &[u8]) {
-        self.dev
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .bar_write(self.bar, offset, data);
+        self.dev.locked().bar_write(self.bar, offset, data);
     }
 }
 
@@ -223,14 +218,9 @@ impl PciRoot {
         self.behind
             .keys()
             .find(|key| {
-                self.slots.get(key).is_some_and(|bridge| {
-                    bridge
-                        .dev
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .secondary_bus()
-                        == Some(bus)
-                })
+                self.slots
+                    .get(key)
+                    .is_some_and(|bridge| bridge.dev.locked().secondary_bus() == Some(bus))
             })
             .map(|key| Route::Behind(key.0, key.1))
     }
@@ -245,12 +235,7 @@ impl PciRoot {
     /// Config read of register `reg` of bus/devfn; absent functions read all-ones.
     pub fn config_read(&self, bus: u8, devfn: u8, reg: usize) -> u32 {
         match self.slot(bus, devfn) {
-            Some(s) => s
-                .dev
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .config()
-                .read_reg(reg),
+            Some(s) => s.dev.locked().config().read_reg(reg),
             None => 0xffff_ffff,
         }
     }
@@ -264,7 +249,7 @@ impl PciRoot {
         let Some(slot) = slot else {
             return;
         };
-        let mut dev = slot.dev.lock().unwrap_or_else(|e| e.into_inner());
+        let mut dev = slot.dev.locked();
         dev.config_write(reg, offset, data);
         // Re-map any BAR whose decoded address changed.
         let bars: Vec<usize> = dev.config().bar_indices().collect();
@@ -321,11 +306,7 @@ pub struct Ecam(pub Arc<Mutex<PciRoot>>);
 impl BusDevice for Ecam {
     fn read(&mut self, offset: u64, data: &mut [u8]) {
         let (bus, devfn, reg, byte) = ecam_decode(offset);
-        let v = self
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .config_read(bus, devfn, reg);
+        let v = self.0.locked().config_read(bus, devfn, reg);
         read_bytes(v, byte, data);
     }
 
@@ -334,10 +315,7 @@ impl BusDevice for Ecam {
         if byte + data.len() > 4 {
             return;
         }
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .config_write(bus, devfn, reg, byte, data);
+        self.0.locked().config_write(bus, devfn, reg, byte, data);
     }
 }
 
@@ -384,11 +362,7 @@ impl BusDevice for PioConfig {
             return;
         }
         let v = match self.target() {
-            Some((bus, devfn, reg)) => self
-                .root
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .config_read(bus, devfn, reg),
+            Some((bus, devfn, reg)) => self.root.locked().config_read(bus, devfn, reg),
             None => 0xffff_ffff,
         };
         read_bytes(v, (offset - 4) as usize, data);
@@ -408,10 +382,7 @@ impl BusDevice for PioConfig {
             return;
         }
         if let Some((bus, devfn, reg)) = self.target() {
-            self.root
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .config_write(bus, devfn, reg, byte, data);
+            self.root.locked().config_write(bus, devfn, reg, byte, data);
         }
     }
 }

@@ -33,6 +33,7 @@ mod medium;
 
 pub use medium::{CxlMedium, ExtentKeys};
 
+use locked::{Locked, RwLocked};
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -184,7 +185,7 @@ impl std::fmt::Debug for Shared {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.locked()
 }
 
 /// True if every byte is zero. An OR over the whole block, which the
@@ -311,11 +312,11 @@ impl Shared {
     }
 
     fn reconfig_shared(&self) -> RwLockReadGuard<'_, ()> {
-        self.reconfig.read().unwrap_or_else(|e| e.into_inner())
+        self.reconfig.read_locked()
     }
 
     fn tee_read(&self) -> RwLockReadGuard<'_, RangeTable> {
-        self.tee.read().unwrap_or_else(|e| e.into_inner())
+        self.tee.read_locked()
     }
 
     /// A block becomes dirty: if a clean shutdown was recorded, the run is
@@ -652,7 +653,7 @@ impl Shared {
     pub fn shutdown(&self) -> Result<(), ExpanderError> {
         // Exclusive: no block can be dirtied between the flush and the
         // clean mark; one dirtied after it finds `clean` set and undoes it.
-        let _cfg = self.reconfig.write().unwrap_or_else(|e| e.into_inner());
+        let _cfg = self.reconfig.write_locked();
         self.flush_locked()?;
         self.media.mark_clean()?;
         self.clean.store(true, Ordering::Release);
@@ -701,16 +702,13 @@ impl Shared {
         dpa_end: u64,
         key: &[u8],
     ) -> Result<(), ExpanderError> {
-        let _cfg = self.reconfig.write().unwrap_or_else(|e| e.into_inner());
+        let _cfg = self.reconfig.write_locked();
         {
             let tee = self.tee_read();
             tee.check(id, dpa_start, dpa_end)?;
             self.drain_locked(dpa_start, dpa_end, &tee)?;
         }
-        self.tee
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .set(id, dpa_start, dpa_end, key)?;
+        self.tee.write_locked().set(id, dpa_start, dpa_end, key)?;
         Ok(())
     }
 
@@ -723,18 +721,14 @@ impl Shared {
     /// and dropped, then its key is wiped. From then on its blocks are
     /// filled without decryption: the range reads as its ciphertext.
     pub fn clear_range_key(&self, id: u16) -> Result<(), ExpanderError> {
-        let _cfg = self.reconfig.write().unwrap_or_else(|e| e.into_inner());
+        let _cfg = self.reconfig.write_locked();
         let (start, end) = {
             let tee = self.tee_read();
             let (s, e) = tee.range_of(id).ok_or(TeeError::NoSuchId(id))?;
             self.drain_locked(s, e, &tee)?;
             (s, e)
         };
-        let cleared = self
-            .tee
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear(id)?;
+        let cleared = self.tee.write_locked().clear(id)?;
         debug_assert_eq!(cleared, (start, end));
         Ok(())
     }

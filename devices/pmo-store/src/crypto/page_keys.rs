@@ -18,6 +18,7 @@
 use super::xts::XtsCipher;
 use super::{kdf, wipe, CryptoError, KdfParams, Suite, Tag, UserKey, PAGE, TAG_LEN};
 use hkdf::Hkdf;
+use locked::RwLocked;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -187,12 +188,7 @@ impl PmoKeys {
         if let Some(p) = &self.paper {
             return Ok(p.clone());
         }
-        if let Some(c) = self
-            .ciphers
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(gen)
-        {
+        if let Some(c) = self.ciphers.read_locked().get(gen) {
             return Ok(c.clone());
         }
         let hk = Hkdf::<Sha256>::from_prk(&self.cipher_key[..]).map_err(|_| CryptoError::Aead)?;
@@ -214,7 +210,7 @@ impl PmoKeys {
             }
         };
         let c = Arc::new(c);
-        let mut cache = self.ciphers.write().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.ciphers.write_locked();
         if cache.len() >= GENERATION_CACHE {
             cache.clear();
         }

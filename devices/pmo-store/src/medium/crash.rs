@@ -1,6 +1,7 @@
 //! A medium in DRAM that models what survives a power loss, for crash-injection tests.
 
 use super::{check_range, Medium, MediumError};
+use locked::Locked;
 use std::sync::Mutex;
 
 const LINE: u64 = 64;
@@ -55,7 +56,7 @@ impl CrashMedium {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panicking test thread must not hide the image from the others.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.locked()
     }
 
     /// Arms the crash: the `k`-th persist call from now (1-based) does not happen; the medium

@@ -3,6 +3,7 @@
 use super::Attachment;
 use crate::crypto::{wipe, PAGE};
 use crate::{Perm, PmoState, StoreError};
+use locked::{Locked, RwLocked};
 
 impl Attachment {
     /// Detach work of the design, then the shadow scrub.
@@ -12,7 +13,7 @@ impl Attachment {
         if self.perm == Perm::Write {
             if let Some(plain) = &self.plain {
                 // WED/Ip: encrypt the whole PMO at detach.
-                let g = plain.read().unwrap_or_else(|e| e.into_inner());
+                let g = plain.read_locked();
                 let pages: Vec<(u64, &[u8; PAGE])> =
                     g.0.chunks_exact(PAGE)
                         .enumerate()
@@ -21,13 +22,7 @@ impl Attachment {
                 self.commit(pages.into_iter(), false)?;
             } else if self.design.reencrypt_touched_at_detach() {
                 // BP: EPP/CPP re-encrypt every touched page.
-                let touched: Vec<u64> = self
-                    .touched
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .iter()
-                    .copied()
-                    .collect();
+                let touched: Vec<u64> = self.touched.locked().iter().copied().collect();
                 let mut bufs: Vec<(u64, Box<[u8; PAGE]>)> = Vec::with_capacity(touched.len());
                 for p in touched {
                     let mut b = Box::new([0u8; PAGE]);

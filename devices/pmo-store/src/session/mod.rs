@@ -7,6 +7,7 @@ use super::tree::TreeCache;
 use super::{Design, LivePmo, Perm, PmoState, StoreError, StoreState};
 use crate::crypto::wipe;
 use crate::crypto::{KeyGen, PageId, PmoKeys, PAGE};
+use locked::{Locked, RwLocked};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -215,27 +216,19 @@ impl Session {
             });
         }
         if let Some(plain) = &c.plain {
-            let g = plain.read().unwrap_or_else(|e| e.into_inner());
+            let g = plain.read_locked();
             let a = page as usize * PAGE;
             out.copy_from_slice(&g.0[a..a + PAGE]);
             return Ok(());
         }
-        if let Some(p) = c
-            .pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&page)
-        {
+        if let Some(p) = c.pending.locked().get(&page) {
             // Id: psync'd, checksum not yet updated: the shadow copy is authoritative.
             out.copy_from_slice(&p[..]);
             return Ok(());
         }
-        let _io = c.io.read().unwrap_or_else(|e| e.into_inner());
+        let _io = c.io.read_locked();
         c.fault_medium(page, out)?;
-        c.touched
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(page);
+        c.touched.locked().insert(page);
         Ok(())
     }
 
@@ -259,11 +252,11 @@ impl Session {
             }
             dirty.insert(p, d);
         }
-        let _serial = c.psync_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _serial = c.psync_lock.locked();
         if let Some(plain) = &c.plain {
             // WED/Ip: the PMO-level checksum covers every page: re-verify all pages' tags.
             c.verify_every_page(&dirty)?;
-            let mut g = plain.write().unwrap_or_else(|e| e.into_inner());
+            let mut g = plain.write_locked();
             for (p, d) in &dirty {
                 let a = *p as usize * PAGE;
                 g.0[a..a + PAGE].copy_from_slice(&d[..]);

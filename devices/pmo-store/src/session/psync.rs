@@ -6,6 +6,7 @@ use crate::crypto::{wipe, PageId, PAGE, TAG_LEN};
 use crate::journal::{self, JournalWriter};
 use crate::tree::{Leaf, TreeUpdate};
 use crate::{PmoState, StoreError};
+use locked::{Locked, RwLocked};
 use std::collections::BTreeMap;
 
 impl Attachment {
@@ -55,11 +56,11 @@ impl Attachment {
         if !defer {
             let pending_after = {
                 // Pages rewritten with a tag are no longer pending.
-                let pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                let pend = self.pending.locked();
                 pend.keys().filter(|p| !leaves.contains_key(p)).count() as u64
             };
             self.commit_changes(&mut cell, epoch, &cts, &leaves, pending_after)?;
-            let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut pend = self.pending.locked();
             for p in leaves.keys() {
                 if let Some(mut old) = pend.remove(p) {
                     wipe(&mut old[..]);
@@ -70,7 +71,7 @@ impl Attachment {
         // Id: the kept plaintext must serve faults as soon as the untagged leaves are visible,
         // so it goes in first and comes out again if the commit fails.
         let (previous, pending_after) = {
-            let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut pend = self.pending.locked();
             let mut previous = Vec::new();
             for (p, plain) in kept {
                 previous.push((p, pend.insert(p, plain)));
@@ -78,7 +79,7 @@ impl Attachment {
             (previous, pend.len() as u64)
         };
         let r = self.commit_changes(&mut cell, epoch, &cts, &leaves, pending_after);
-        let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pend = self.pending.locked();
         for (p, old) in previous {
             match (&r, old) {
                 (Ok(()), Some(mut o)) => wipe(&mut o[..]),
@@ -158,7 +159,7 @@ impl Attachment {
         cell.rec.pending_tags = pending_after;
         self.store.write_rec_commit(&self.pmo, cell, &self.keys)?;
         {
-            let _io = self.io.write().unwrap_or_else(|e| e.into_inner());
+            let _io = self.io.write_locked();
             journal::apply_entries(m, self.pmo.ext_off, &entries)?;
             self.tree.apply(&up);
         }
@@ -176,7 +177,7 @@ impl Attachment {
     /// kept plaintext: XTS is deterministic for a given tweak) and commit them with the tree.
     pub(super) fn update_checksums(&self) -> Result<(), StoreError> {
         let pend: Vec<(u64, Box<[u8; PAGE]>)> = {
-            let mut g = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut g = self.pending.locked();
             std::mem::take(&mut *g).into_iter().collect()
         };
         if pend.is_empty() {
@@ -222,7 +223,7 @@ impl Attachment {
             }
             Err(e) => {
                 // Keep them for a retry by the crash handler.
-                let mut g = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                let mut g = self.pending.locked();
                 for (p, plain) in pend {
                     g.insert(p, plain);
                 }

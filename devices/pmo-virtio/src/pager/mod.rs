@@ -17,6 +17,7 @@
 //! unmapped that page from every process: the retried access then faults in
 //! the guest, whose driver answers it with SIGBUS (see docs/pmo-device.md).
 
+use locked::{Locked, RwLocked};
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -326,19 +327,14 @@ impl Slice {
 
     /// Tells the predictor how an earlier prediction of `page` turned out.
     fn feedback(&self, page: u64, used: bool) {
-        if let Some(st) = self
-            .predict
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-        {
+        if let Some(st) = self.predict.locked().as_mut() {
             st.predictor.on_feedback(page, used);
         }
     }
 
     /// Takes the staged trigger for `page`, if there is one.
     fn take_staged(&self, page: u64) -> Option<Staged> {
-        let mut staged = self.staged.lock().unwrap_or_else(|e| e.into_inner());
+        let mut staged = self.staged.locked();
         let i = staged.iter().position(|s| s.page == page)?;
         staged.remove(i)
     }
@@ -348,7 +344,7 @@ impl Slice {
     fn expire_staged(&self, now: u64) {
         let mut expired = Vec::new();
         {
-            let mut staged = self.staged.lock().unwrap_or_else(|e| e.into_inner());
+            let mut staged = self.staged.locked();
             while let Some(front) = staged.front() {
                 if front.seq + STAGE_HORIZON > now && staged.len() <= STAGE_CAP {
                     break;
@@ -408,17 +404,13 @@ impl Pager {
             prefetch_backlog: AtomicU64::new(0),
         });
         let (tx, rx) = std::sync::mpsc::sync_channel(PREFETCH_BACKLOG);
-        *pager.prefetch.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        *pager.prefetch.locked() = Some(tx);
         let weak = Arc::downgrade(&pager);
         let worker = std::thread::Builder::new()
             .name("pmo-prefetch".into())
             .spawn(move || prefetch_worker(weak, rx))
             .map_err(PagerError::Spawn)?;
-        pager
-            .threads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(worker);
+        pager.threads.locked().push(worker);
         for i in 0..threads.max(1) {
             // Threads hold the pager weakly so dropping the last owner stops them.
             let weak = Arc::downgrade(&pager);
@@ -428,11 +420,7 @@ impl Pager {
                 .name(format!("pmo-fault{i}"))
                 .spawn(move || serve(weak, &uffd, &stop))
                 .map_err(PagerError::Spawn)?;
-            pager
-                .threads
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(t);
+            pager.threads.locked().push(t);
         }
         Ok(pager)
     }
@@ -466,13 +454,7 @@ impl Pager {
     /// page completes too; psync never takes refused pages. Returns how many
     /// pages were switched.
     pub fn zero_refused(&self) -> usize {
-        let slices: Vec<Arc<Slice>> = self
-            .slices
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let slices: Vec<Arc<Slice>> = self.slices.read_locked().values().cloned().collect();
         let zeros = [0u8; PAGE];
         let mut n = 0;
         for slice in slices {
@@ -481,8 +463,8 @@ impl Pager {
             };
             // Held throughout: a refusal of the same page (push, then
             // PROT_NONE) cannot interleave with serving it.
-            let poisoned = slice.poisoned.lock().unwrap_or_else(|e| e.into_inner());
-            let mut zeroed = slice.zeroed.lock().unwrap_or_else(|e| e.into_inner());
+            let poisoned = slice.poisoned.locked();
+            let mut zeroed = slice.zeroed.locked();
             for &page in poisoned.iter() {
                 if zeroed.contains(&page) {
                     continue;
@@ -514,13 +496,8 @@ impl Pager {
     pub fn shutdown(&self) {
         let _ = self.stop.write(1);
         // Closing the channel ends the prefetch worker.
-        drop(
-            self.prefetch
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take(),
-        );
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(self.prefetch.locked().take());
+        let threads = std::mem::take(&mut *self.threads.locked());
         let me = std::thread::current().id();
         for t in threads {
             // The last owner may be a fault thread itself; it must not join itself.
@@ -539,9 +516,9 @@ impl Pager {
         // Held while the range is cleared and the slice published: a fault
         // in free window space installs its zero page under the read lock,
         // so that page is either cleared here or never lands in this slice.
-        let mut slices = self.slices.write().unwrap_or_else(|e| e.into_inner());
+        let mut slices = self.slices.write_locked();
         let start = {
-            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+            let mut free = self.free.locked();
             let i = free
                 .iter()
                 .position(|(_, n)| *n >= npages)
@@ -603,11 +580,7 @@ impl Pager {
         offset: u64,
         predictor: Option<Box<dyn Predictor>>,
     ) -> Result<(), PagerError> {
-        *self
-            .slice_at(offset)?
-            .predict
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = predictor.map(|predictor| PredictState {
+        *self.slice_at(offset)?.predict.locked() = predictor.map(|predictor| PredictState {
             predictor,
             singles: 0,
         });
@@ -626,8 +599,7 @@ impl Pager {
 
     fn slice_at(&self, offset: u64) -> Result<Arc<Slice>, PagerError> {
         self.slices
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .read_locked()
             .get(&(offset / PAGE_U64))
             .cloned()
             .ok_or(PagerError::NoSlice(offset))
@@ -687,7 +659,7 @@ impl Pager {
         // A refused page never holds the attachment's data (it is
         // inaccessible, or zeros): never hand it over, never touch it.
         {
-            let poisoned = slice.poisoned.lock().unwrap_or_else(|e| e.into_inner());
+            let poisoned = slice.poisoned.locked();
             if !poisoned.is_empty() {
                 pages.retain(|p| !poisoned.contains(p));
             }
@@ -753,7 +725,7 @@ impl Pager {
 
     /// Returns a range to the free list, merging neighbours.
     fn release_range(&self, start: u64, npages: u64) {
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let mut free = self.free.locked();
         free.push((start, npages));
         free.sort_unstable();
         let mut merged: Vec<(u64, u64)> = Vec::with_capacity(free.len());
@@ -778,24 +750,17 @@ impl Pager {
             // Another detach of it is under way.
             return Err(PagerError::NoSlice(offset));
         }
-        let left = std::mem::take(&mut *slice.staged.lock().unwrap_or_else(|e| e.into_inner()));
+        let left = std::mem::take(&mut *slice.staged.locked());
         slice
             .stats
             .trigger_wasted
             .fetch_add(left.len() as u64, Ordering::Relaxed);
         drop(left);
-        let refused = slice
-            .poisoned
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len() as u64;
+        let refused = slice.poisoned.locked().len() as u64;
         self.refused.fetch_sub(refused, Ordering::AcqRel);
         // Unpublish before clearing: a fault that still finds the slice
         // installs its zero page under the read lock, so before this.
-        self.slices
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&slice.start);
+        self.slices.write_locked().remove(&slice.start);
         if let Err(source) = self.zap(slice.start, slice.npages) {
             // Never hand out a range that may still hold this attachment's plaintext.
             log::error!(
@@ -816,7 +781,7 @@ impl Pager {
         }
         let wpage = (f.address - base) / PAGE_U64;
         let slice = {
-            let slices = self.slices.read().unwrap_or_else(|e| e.into_inner());
+            let slices = self.slices.read_locked();
             let found = slices
                 .range(..=wpage)
                 .next_back()
@@ -937,7 +902,7 @@ impl Pager {
                 // Inside the gate: a refusal landing after detach would make
                 // the next attachment's page inaccessible.
                 if let Some(_gate) = slice.enter() {
-                    let mut poisoned = slice.poisoned.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut poisoned = slice.poisoned.locked();
                     if !poisoned.contains(&page) {
                         poisoned.push(page);
                         self.refused.fetch_add(1, Ordering::AcqRel);
@@ -970,7 +935,7 @@ impl Pager {
         let mut pages = Vec::new();
         let single_trigger;
         {
-            let mut p = slice.predict.lock().unwrap_or_else(|e| e.into_inner());
+            let mut p = slice.predict.locked();
             let Some(st) = p.as_mut() else { return };
             let ev = FaultEvent {
                 page,
@@ -995,11 +960,7 @@ impl Pager {
             1 => None,
             n => Some(n / 2),
         };
-        let tx = self
-            .prefetch
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let tx = self.prefetch.locked().clone();
         for (i, &p) in pages.iter().enumerate() {
             let job = PrefetchJob {
                 slice: slice.clone(),
@@ -1059,11 +1020,7 @@ impl Pager {
                 return;
             }
             slice.stats.triggers.fetch_add(1, Ordering::Relaxed);
-            slice
-                .staged
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push_back(staged);
+            slice.staged.locked().push_back(staged);
             drop(gate);
             slice.expire_staged(slice.seq.load(Ordering::Acquire));
             return;
@@ -1116,12 +1073,7 @@ impl Pager {
 
     /// Pages of the attachment at `offset` that failed verification so far.
     pub fn poisoned_pages(&self, offset: u64) -> Result<Vec<u64>, PagerError> {
-        Ok(self
-            .slice_at(offset)?
-            .poisoned
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone())
+        Ok(self.slice_at(offset)?.poisoned.locked().clone())
     }
 }
 

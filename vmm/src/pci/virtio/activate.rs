@@ -3,6 +3,7 @@
 
 use super::{VirtioPci, NOTIFY_MULTIPLIER, NOTIFY_OFFSET, NO_VECTOR, STATUS_FAILED};
 use crate::pci::msix::SharedMsix;
+use locked::Locked;
 use std::sync::atomic::{AtomicU16, AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -31,10 +32,7 @@ impl VirtioInterrupt for PciInterrupt {
         };
         self.isr.fetch_or(isr_bit, Ordering::AcqRel);
         if vector != NO_VECTOR {
-            self.msix
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .trigger(vector);
+            self.msix.locked().trigger(vector);
         }
         Ok(())
     }

@@ -5,6 +5,7 @@ use super::{
     VirtioPci, NO_VECTOR, STATUS_ACKNOWLEDGE, STATUS_DRIVER, STATUS_DRIVER_OK, STATUS_FAILED,
     STATUS_FEATURES_OK,
 };
+use locked::Locked;
 use std::sync::atomic::Ordering;
 
 use virtio_devices::VIRTIO_F_VERSION_1;
@@ -134,11 +135,7 @@ impl VirtioPci {
 
     /// A vector number the table actually has, else "no vector" (the driver reads it back).
     fn valid_vector(&self, v: u16) -> u16 {
-        let n = self
-            .msix
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .vectors();
+        let n = self.msix.locked().vectors();
         if v < n {
             v
         } else {

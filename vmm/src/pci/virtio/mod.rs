@@ -18,6 +18,7 @@
 //! Queue notifications never reach this code: KVM signals the queue's
 //! eventfd directly and the device's worker thread wakes up.
 
+use locked::Locked;
 use std::sync::atomic::{AtomicU16, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -325,10 +326,7 @@ impl PciDevice for VirtioPci {
         self.config.write_reg(reg, offset, data);
         if reg == self.msix_cap / 4 {
             let control = (self.config.read_reg(reg) >> 16) as u16;
-            self.msix
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .set_control(control);
+            self.msix.locked().set_control(control);
         }
     }
 
@@ -348,16 +346,12 @@ impl PciDevice for VirtioPci {
             o if (DEVICE_OFFSET..DEVICE_OFFSET + DEVICE_SIZE).contains(&o) => {
                 self.dev.read_config(o - DEVICE_OFFSET, data)
             }
-            o if (MSIX_TABLE_OFFSET..MSIX_PBA_OFFSET).contains(&o) => self
-                .msix
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .read_table(o - MSIX_TABLE_OFFSET, data),
-            o if (MSIX_PBA_OFFSET..BAR_SIZE).contains(&o) => self
-                .msix
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .read_pba(o - MSIX_PBA_OFFSET, data),
+            o if (MSIX_TABLE_OFFSET..MSIX_PBA_OFFSET).contains(&o) => {
+                self.msix.locked().read_table(o - MSIX_TABLE_OFFSET, data)
+            }
+            o if (MSIX_PBA_OFFSET..BAR_SIZE).contains(&o) => {
+                self.msix.locked().read_pba(o - MSIX_PBA_OFFSET, data)
+            }
             _ => {}
         }
     }
@@ -378,11 +372,9 @@ impl PciDevice for VirtioPci {
                     let _ = qc.notify.write(1);
                 }
             }
-            o if (MSIX_TABLE_OFFSET..MSIX_PBA_OFFSET).contains(&o) => self
-                .msix
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .write_table(o - MSIX_TABLE_OFFSET, data),
+            o if (MSIX_TABLE_OFFSET..MSIX_PBA_OFFSET).contains(&o) => {
+                self.msix.locked().write_table(o - MSIX_TABLE_OFFSET, data)
+            }
             _ => {}
         }
     }
