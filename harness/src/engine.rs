@@ -264,7 +264,7 @@ impl Env {
         let store = Store::create(
             medium,
             StoreOptions {
-                slots: 64,
+                slots: Some(64),
                 kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
                 ..Default::default()
             },

@@ -4,6 +4,7 @@
 pub mod acpi;
 pub mod boot;
 pub mod bus;
+pub mod cli;
 pub mod config;
 pub mod cpu;
 pub mod cxl;

@@ -4,11 +4,9 @@
 use locked::Locked;
 use std::fs::File;
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use pmo_store::StoreOptions;
-use pmo_virtio::device::{DeviceError, PmoDevice, PmoDeviceConfig, PmoService};
+use pmo_virtio::device::{DeviceError, PmoDevice, PmoService};
 use pmo_virtio::pager::Pager;
 use virtio_devices::pmem::{Pmem, PmemError};
 use virtio_devices::VirtioDevice;
@@ -17,7 +15,7 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use crate::acpi::{self, AcpiConfig};
 use crate::boot::{self, BootError};
 use crate::bus::{Bus, BusDevice, BusError};
-use crate::config::{CxlT3Config, PmoConfig, CXL_ALIGN};
+use crate::config::{ConsoleOutput, VmConfig, CXL_ALIGN};
 use crate::cpu::{CpuError, RefusedPages, Vcpu};
 use crate::cxl::{self, CxlError, CxlMemdev, HostBridge};
 use crate::exit::{ExitReason, VmExit};
@@ -26,31 +24,6 @@ use crate::legacy::{self, AcpiPower, I8042Reset, PvPanic, SerialConsole};
 use crate::pci::virtio::{VirtioPci, VirtioPciError};
 use crate::pci::{Ecam, PciError, PciRoot, PioConfig, Window};
 use crate::vm::{MemSlot, Vm, VmError};
-
-/// Where the guest console goes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Console {
-    Stdout,
-    File(PathBuf),
-}
-
-/// What the machine is built from (already validated by the config layer).
-#[derive(Clone, Debug)]
-pub struct MachineConfig {
-    pub kernel: PathBuf,
-    pub initrd: Option<PathBuf>,
-    pub cmdline: String,
-    pub memory: u64,
-    pub cpus: u8,
-    pub pmem: Vec<(PathBuf, Option<u64>)>,
-    pub console: Console,
-    pub pmo: Option<PmoConfig>,
-    pub cxl_t3: Vec<CxlT3Config>,
-}
-
-/// Fault-service threads of the PMO window: enough to overlap decryption
-/// with a second vCPU's fault, few enough to leave the cores to the vCPUs.
-const PMO_FAULT_THREADS: usize = 2;
 
 /// The PMO window refuses pages that failed verification.
 struct PmoRefused(Arc<Pager>);
@@ -127,7 +100,7 @@ fn io_err(what: &'static str) -> impl Fn(std::io::Error) -> MachineError {
 }
 
 impl Machine {
-    pub fn new(cfg: &MachineConfig) -> Result<Self, MachineError> {
+    pub fn new(cfg: &VmConfig) -> Result<Self, MachineError> {
         let vm = Vm::new(cfg.memory)?;
         let exit = Arc::new(VmExit::new().map_err(io_err("exit eventfd"))?);
         let pio = Arc::new(Bus::new());
@@ -135,8 +108,8 @@ impl Machine {
 
         // Console on COM1, its IRQ through an irqfd.
         let out: Box<dyn Write + Send> = match &cfg.console {
-            Console::Stdout => Box::new(std::io::stdout()),
-            Console::File(p) => {
+            ConsoleOutput::Stdout => Box::new(std::io::stdout()),
+            ConsoleOutput::File(p) => {
                 Box::new(File::create(p).map_err(|source| MachineError::Console {
                     path: p.display().to_string(),
                     source,
@@ -187,8 +160,8 @@ impl Machine {
         let mut slots = Vec::new();
         let mapper = vm.slot_mapper();
         let mut pmem_files = Vec::new();
-        for (path, size) in &cfg.pmem {
-            let mut dev = Pmem::open(path, *size)?;
+        for p in &cfg.pmem {
+            let mut dev = Pmem::open(&p.path, Some(p.size))?;
             // Section-aligned so the guest could also use it as DAX memory.
             let gpa = devmem
                 .alloc(dev.size(), 128 << 20)
@@ -218,20 +191,7 @@ impl Machine {
         let mut pmo_service = None;
         let mut refused: Option<Arc<dyn RefusedPages>> = None;
         if let Some(p) = &cfg.pmo {
-            let dev = PmoDevice::new(&PmoDeviceConfig {
-                store: p.store.clone(),
-                store_size: p.store_size,
-                design: p.design.clone(),
-                window_size: p.window,
-                fault_threads: PMO_FAULT_THREADS,
-                test_kill_in_psync: p.test_kill_in_psync,
-                predictor: p.predictor.clone(),
-                store_options: StoreOptions {
-                    kdf: p.kdf,
-                    anchor: p.anchor.clone(),
-                    ..StoreOptions::default()
-                },
-            })?;
+            let dev = PmoDevice::new(p)?;
             let service = dev.service().clone();
             let mut transport = VirtioPci::new(
                 Box::new(dev),

@@ -295,7 +295,7 @@ fn pmo_store_on_a_keyed_cxl_medium() {
         let s = Store::create(
             m,
             StoreOptions {
-                slots: 16,
+                slots: Some(16),
                 kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
                 ..Default::default()
             },
@@ -491,7 +491,7 @@ fn store_extents_are_keyed_through_the_provider() {
     let s = Store::create(
         Arc::new(m),
         StoreOptions {
-            slots: 16,
+            slots: Some(16),
             kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
             ..Default::default()
         },

@@ -54,7 +54,7 @@ fn each_pmo_extent_has_its_own_range_key_and_the_media_holds_no_plaintext() {
         let s = Store::create(
             Arc::new(m),
             StoreOptions {
-                slots: 16,
+                slots: Some(16),
                 kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
                 ..Default::default()
             },

@@ -83,7 +83,7 @@ fn store_with(len: u64, name: &str) -> (Store, PathBuf) {
         Store::create(
             m,
             StoreOptions {
-                slots: 64,
+                slots: Some(64),
                 kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
                 ..Default::default()
             },

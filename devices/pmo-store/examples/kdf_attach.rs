@@ -26,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let s = Store::create(
         m,
         StoreOptions {
-            slots: 16,
+            slots: Some(16),
             ..Default::default()
         },
     )?;

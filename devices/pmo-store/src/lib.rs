@@ -54,7 +54,7 @@ pub use store::{validate_name, validate_size, Store};
 
 /// Largest PMO: 64 GiB.
 pub const MAX_PMO_SIZE: u64 = 64 << 30;
-/// Default number of PMO table slots.
+/// Most PMO table slots a store gets by default (a 512 MiB store or larger).
 pub const DEFAULT_SLOTS: u32 = 65_536;
 /// Alignment of PMO extents.
 const EXTENT_ALIGN: u64 = 64 << 10;

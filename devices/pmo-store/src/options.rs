@@ -2,7 +2,7 @@
 //! they are told about a PMO.
 
 use crate::crypto::{KdfParams, Suite};
-use crate::{Design, PmoState, DEFAULT_SLOTS};
+use crate::{Design, PmoState};
 use std::path::PathBuf;
 
 /// Access mode of an attach session.
@@ -15,10 +15,11 @@ pub enum Perm {
 }
 
 /// Options for formatting a store.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreOptions {
-    /// Number of PMO table slots (the most PMOs the store can hold).
-    pub slots: u32,
+    /// Number of PMO table slots (the most PMOs the store can hold); `None`: sized to the
+    /// medium ([`Superblock::slots_for`](crate::superblock::Superblock::slots_for)).
+    pub slots: Option<u32>,
     /// Rollback anchor to create for the new store (see [`anchor`]).
     pub anchor: Option<PathBuf>,
     /// Key-derivation cost of PMOs created through this handle without their own
@@ -29,7 +30,7 @@ pub struct StoreOptions {
 impl Default for StoreOptions {
     fn default() -> Self {
         Self {
-            slots: DEFAULT_SLOTS,
+            slots: None,
             anchor: None,
             kdf: KdfParams::DEFAULT,
         }

@@ -82,7 +82,10 @@ impl Store {
     ) -> Result<Store, StoreError> {
         let mut uuid = [0u8; 16];
         crate::crypto::random_bytes(&mut uuid)?;
-        let sb = Superblock::layout(uuid, medium.len(), opts.slots)?;
+        let slots = opts
+            .slots
+            .unwrap_or_else(|| Superblock::slots_for(medium.len()));
+        let sb = Superblock::layout(uuid, medium.len(), slots)?;
         // Scrub any old superblock first, then the table.
         medium.zero(0, sb.data_off)?;
         medium.persist(0, sb.data_off)?;

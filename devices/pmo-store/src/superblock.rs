@@ -3,6 +3,7 @@
 
 use super::codec::{checksum, Dec, Enc};
 use crate::medium::{Medium, MediumError};
+use crate::DEFAULT_SLOTS;
 
 /// Magic at offset 0.
 pub const MAGIC: &[u8; 8] = b"PMOSTOR1";
@@ -27,7 +28,20 @@ pub enum SuperblockError {
     Version(u32),
     /// The superblock describes regions that do not fit the medium.
     #[error("superblock geometry does not fit the medium")]
-    ExtentGeometry,
+    Geometry,
+    /// A new store's PMO table and data area do not fit the medium.
+    #[error(
+        "a store of {len} bytes is too small for a table of {slots} PMOs: \
+         it needs at least {min_mib} MiB (or fewer PMO slots)"
+    )]
+    TooSmall {
+        /// The medium's length.
+        len: u64,
+        /// The PMO table slots asked for.
+        slots: u32,
+        /// The smallest medium, in MiB, with room for that table and one data block.
+        min_mib: u64,
+    },
     /// The medium failed.
     #[error(transparent)]
     Medium(#[from] MediumError),
@@ -49,11 +63,30 @@ pub struct Superblock {
 }
 
 impl Superblock {
-    /// ExtentGeometry for a new store.
+    /// The PMO table a new store gets unless told otherwise: at most an eighth of the medium
+    /// (one 1 KiB slot per 8 KiB), at most [`DEFAULT_SLOTS`], at least one.
+    pub fn slots_for(medium_len: u64) -> u32 {
+        let slots = medium_len / 8 / SLOT_SIZE;
+        u32::try_from(slots).map_or(DEFAULT_SLOTS, |s| s.clamp(1, DEFAULT_SLOTS))
+    }
+
+    /// Where the data area of a store with `slots` table slots begins.
+    fn data_off_for(slots: u32) -> u64 {
+        let table_end = 2 * SB_SIZE + u64::from(slots) * SLOT_SIZE;
+        table_end.div_ceil(DATA_ALIGN) * DATA_ALIGN
+    }
+
+    /// Geometry for a new store.
     pub fn layout(uuid: [u8; 16], medium_len: u64, slots: u32) -> Result<Self, SuperblockError> {
         let table_off = 2 * SB_SIZE;
-        let table_end = table_off + slots as u64 * SLOT_SIZE;
-        let data_off = table_end.div_ceil(DATA_ALIGN) * DATA_ALIGN;
+        let data_off = Self::data_off_for(slots);
+        if slots == 0 || data_off >= medium_len {
+            return Err(SuperblockError::TooSmall {
+                len: medium_len,
+                slots,
+                min_mib: (data_off + DATA_ALIGN) >> 20,
+            });
+        }
         let sb = Self {
             uuid,
             medium_len,
@@ -62,7 +95,7 @@ impl Superblock {
             data_off,
         };
         if !sb.fits(medium_len) {
-            return Err(SuperblockError::ExtentGeometry);
+            return Err(SuperblockError::Geometry);
         }
         Ok(sb)
     }
@@ -136,7 +169,7 @@ impl Superblock {
             m.read(copy * SB_SIZE, &mut b)?;
             match Self::decode(&b) {
                 Ok(sb) if sb.fits(m.len()) => return Ok(sb),
-                Ok(_) => last = SuperblockError::ExtentGeometry,
+                Ok(_) => last = SuperblockError::Geometry,
                 Err(e) => last = e,
             }
         }
@@ -173,6 +206,35 @@ mod tests {
     }
 
     #[test]
+    fn the_default_table_is_sized_to_the_medium() {
+        assert_eq!(Superblock::slots_for(64 << 20), 8192);
+        assert_eq!(Superblock::slots_for(512 << 20), DEFAULT_SLOTS);
+        assert_eq!(Superblock::slots_for(6 << 30), DEFAULT_SLOTS);
+        assert_eq!(Superblock::slots_for(0), 1);
+        for len in [4 << 20, 8 << 20, 64 << 20, 100 << 20, 1 << 30] {
+            let sb = Superblock::layout([0; 16], len, Superblock::slots_for(len)).unwrap();
+            assert!(sb.data_off <= len / 2, "{len}: data at {}", sb.data_off);
+        }
+    }
+
+    #[test]
+    fn a_medium_too_small_for_the_table_says_the_smallest_that_works() {
+        let e = Superblock::layout([0; 16], 64 << 20, DEFAULT_SLOTS).unwrap_err();
+        assert!(matches!(
+            e,
+            SuperblockError::TooSmall {
+                slots: DEFAULT_SLOTS,
+                min_mib: 68,
+                ..
+            }
+        ));
+        assert!(e.to_string().contains("at least 68 MiB"), "{e}");
+        assert!(Superblock::layout([0; 16], 68 << 20, DEFAULT_SLOTS).is_ok());
+        assert!(Superblock::layout([0; 16], 2 << 20, 1).is_err());
+        assert!(Superblock::layout([0; 16], 4 << 20, 0).is_err());
+    }
+
+    #[test]
     fn a_copy_with_bad_geometry_falls_back_to_the_other() {
         let m = CrashMedium::new(64 << 20);
         let good = Superblock::layout([1; 16], 64 << 20, 16).unwrap();
@@ -200,7 +262,7 @@ mod tests {
             write_copy(&m, 1, &bad);
             assert!(matches!(
                 Superblock::read(&m),
-                Err(SuperblockError::ExtentGeometry)
+                Err(SuperblockError::Geometry)
             ));
             good.write(&m).unwrap();
         }

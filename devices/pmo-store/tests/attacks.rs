@@ -319,7 +319,7 @@ fn anchored(dir: &std::path::Path) -> (Arc<CrashMedium>, Store, std::path::PathB
     let s = Store::create(
         m.clone() as Arc<dyn Medium>,
         StoreOptions {
-            slots: 16,
+            slots: Some(16),
             anchor: Some(anchor.clone()),
             kdf: KdfParams::INSECURE_FAST,
         },

@@ -24,7 +24,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| "4k,16m,1g".into());
     let sizes: Vec<(String, u64)> = arg
         .split(',')
-        .map(|s| (s.to_string(), pmo_virtio::cli_support::parse_size(s)))
+        .map(|s| (s.to_string(), sizes::parse_size(s)))
         .map(|(n, r)| r.map(|v| (n, v)))
         .collect::<Result<_, _>>()?;
     let dir = std::path::Path::new("/dev/shm");
@@ -56,7 +56,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let s = Store::create(
             m,
             StoreOptions {
-                slots: 16,
+                slots: Some(16),
                 kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
                 ..Default::default()
             },

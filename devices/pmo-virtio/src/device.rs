@@ -24,7 +24,7 @@ use crate::pager::{Detected, FillError, PageSource, Pager, PagerError, SliceStat
 use crate::proto::{self, Request, Status};
 use pmo_store::crypto::{UserKey, PAGE};
 use pmo_store::medium::{FileMedium, KillInPsync, Medium};
-use pmo_store::{Design, OpenOptions, Perm, Session, Store, StoreError, StoreOptions};
+use pmo_store::{Design, Perm, Session, Store, StoreError, StoreOptions};
 
 /// Virtio device type of the PMO device (unassigned in virtio 1.3; see docs/virtio-pmo.md).
 pub const VIRTIO_ID_PMO: u32 = 63;
@@ -55,7 +55,7 @@ pub enum DeviceError {
 }
 
 /// How to build the device.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PmoDeviceConfig {
     pub store: PathBuf,
     /// Size to create the store with when the file does not exist.
@@ -96,12 +96,7 @@ fn open_store_with(
         path: path.to_owned(),
         source,
     };
-    let create = !path.exists() && size.is_some();
-    let file = match size {
-        Some(len) if create => FileMedium::create(path, len),
-        _ => FileMedium::open(path),
-    }
-    .map_err(medium_err)?;
+    let (file, fresh) = FileMedium::open_or_create(path, size).map_err(medium_err)?;
     let (m, hook): (Arc<dyn Medium>, KillHook) = match kill_at {
         Some(n) => {
             let k = Arc::new(KillInPsync::new(file, n));
@@ -109,16 +104,19 @@ fn open_store_with(
         }
         None => (Arc::new(file), None),
     };
-    let store = if create {
-        Store::create(m, opts).map_err(store_err)?
-    } else {
-        let opts = OpenOptions {
-            anchor: opts.anchor,
-            kdf: opts.kdf,
-        };
-        let (store, report) = Store::open_with(m, &opts).map_err(store_err)?;
-        log::info!("PMO store {}: {report:?}", path.display());
-        store
+    let store = match Store::open_or_format(m, fresh, opts) {
+        Ok((store, Some(report))) => {
+            log::info!("PMO store {}: {report:?}", path.display());
+            store
+        }
+        Ok((store, None)) => store,
+        Err(e) => {
+            if fresh {
+                // Leave nothing behind that a later run would take for a damaged store.
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(store_err(e));
+        }
     };
     Ok((store, hook))
 }

@@ -4,7 +4,6 @@
 //! puts it in front of a guest: the [`pager`] (the userfaultfd-backed window that holds
 //! plaintext working copies), the wire [`proto`]col, and the virtio [`device`] that serves it.
 
-pub mod cli_support;
 pub mod device;
 pub mod pager;
 pub mod proto;

@@ -70,7 +70,7 @@ pub fn service_config(dir: &Path) -> PmoDeviceConfig {
         predictor: None,
         // Real Argon2id at its cheapest: the default cost would make each attach 0.2 s.
         store_options: StoreOptions {
-            slots: 64,
+            slots: Some(64),
             kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
             ..StoreOptions::default()
         },

@@ -165,7 +165,7 @@ fn golden() -> &'static Golden {
 fn build_golden() -> Golden {
     let m = Arc::new(CrashMedium::new(3 << 20));
     let opts = StoreOptions {
-        slots: 4,
+        slots: Some(4),
         kdf: KdfParams::INSECURE_FAST,
         ..StoreOptions::default()
     };

@@ -35,7 +35,7 @@ struct Group {
 /// Offset of the first data page of PMO `name` in the store file (data pages come first in a
 /// PMO's extent; `pmovmm store inspect` reads it without a key).
 fn data_offset(store: &std::path::Path, name: &str) -> Result<u64, String> {
-    let insp = pmo_virtio::cli_support::store_inspect(store, &mut std::io::sink())
+    let insp = pmovmm::cli::store::store_inspect(store, &mut std::io::sink())
         .map_err(|e| e.to_string())?;
     insp.records
         .iter()
@@ -186,8 +186,8 @@ fn store_file_never_holds_guest_plaintext() {
 #[test]
 fn store_is_consistent_after_the_sessions() {
     let g = group();
-    let report = pmo_virtio::cli_support::store_fsck(
-        pmo_virtio::cli_support::StoreFile::plain(&g.store),
+    let report = pmovmm::cli::store::store_fsck(
+        pmovmm::cli::store::StoreFile::plain(&g.store),
         &mut std::io::sink(),
         &mut std::io::sink(),
     )

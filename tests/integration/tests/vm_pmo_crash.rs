@@ -85,8 +85,8 @@ fn kill_after_the_commit_point_gives_the_new_psync() {
 #[test]
 fn store_checks_clean_after_the_crashes() {
     let (_, store) = group();
-    let report = pmo_virtio::cli_support::store_fsck(
-        pmo_virtio::cli_support::StoreFile::plain(store),
+    let report = pmovmm::cli::store::store_fsck(
+        pmovmm::cli::store::StoreFile::plain(store),
         &mut std::io::sink(),
         &mut std::io::sink(),
     )

@@ -240,8 +240,8 @@ fn verify_refuses_a_pmo_that_is_not_a_run() {
 fn store_is_consistent_after_the_runs() {
     let g = group();
     g.vms[1].assert_exit(0);
-    let report = pmo_virtio::cli_support::store_fsck(
-        pmo_virtio::cli_support::StoreFile::plain(&g.store),
+    let report = pmovmm::cli::store::store_fsck(
+        pmovmm::cli::store::StoreFile::plain(&g.store),
         &mut std::io::sink(),
         &mut std::io::sink(),
     )

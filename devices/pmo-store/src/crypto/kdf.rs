@@ -65,8 +65,8 @@ impl KdfParams {
     }
 
     /// Parses `m=64M,t=3,p=1` (every part optional, the rest from [`KdfParams::DEFAULT`]);
-    /// memory takes K, M or G suffixes (binary), plain numbers are KiB. `fast` is
-    /// [`KdfParams::INSECURE_FAST`].
+    /// memory is a size in the workspace's one grammar (`sizes`), a whole number of KiB.
+    /// `fast` is [`KdfParams::INSECURE_FAST`].
     pub fn parse(s: &str) -> Result<KdfParams, CryptoError> {
         let bad = || CryptoError::KdfSpec(s.chars().take(80).collect());
         if s == "fast" {
@@ -77,17 +77,11 @@ impl KdfParams {
             let (name, value) = part.split_once('=').ok_or_else(bad)?;
             match name {
                 "m" => {
-                    let (digits, shift) = match value.as_bytes().last() {
-                        Some(b'K' | b'k') => (&value[..value.len() - 1], 0),
-                        Some(b'M' | b'm') => (&value[..value.len() - 1], 10),
-                        Some(b'G' | b'g') => (&value[..value.len() - 1], 20),
-                        _ => (value, 0),
-                    };
-                    let n: u64 = digits.parse().map_err(|_| bad())?;
-                    k.m_kib = n
-                        .checked_mul(1 << shift)
-                        .and_then(|v| u32::try_from(v).ok())
-                        .ok_or_else(bad)?;
+                    let bytes = sizes::parse_size(value).map_err(|_| bad())?;
+                    if !bytes.is_multiple_of(1024) {
+                        return Err(bad());
+                    }
+                    k.m_kib = u32::try_from(bytes / 1024).map_err(|_| bad())?;
                 }
                 "t" => k.t = value.parse().map_err(|_| bad())?,
                 "p" => k.p = value.parse().map_err(|_| bad())?,
@@ -145,6 +139,7 @@ mod tests {
         );
         assert_eq!(KdfParams::parse("fast").unwrap(), KdfParams::INSECURE_FAST);
         assert_eq!(KdfParams::parse("m=1G,t=1").unwrap().m_kib, 1 << 20);
+        assert_eq!(KdfParams::parse("m=65536KiB").unwrap().m_kib, 65536);
         assert_eq!(KdfParams::parse("m=256M,t=16").unwrap().t, 16);
         for bad in [
             "m=1G,t=5",
@@ -155,6 +150,8 @@ mod tests {
             "p=0",
             "p=9",
             "m=4,p=1",
+            "m=4097",
+            "m=1025",
             "m=x",
             "q=1",
             "m",

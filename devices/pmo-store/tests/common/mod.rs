@@ -14,7 +14,7 @@ pub fn key(s: &str) -> UserKey {
 /// of times; the default cost is 0.2 s each).
 pub fn fast_options(slots: u32) -> StoreOptions {
     StoreOptions {
-        slots,
+        slots: Some(slots),
         kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
         ..Default::default()
     }

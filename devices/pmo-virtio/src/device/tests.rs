@@ -1041,3 +1041,21 @@ fn a_page_found_bad_by_prefetch_is_announced_and_fails_the_attachment() {
     let (good, st) = reads_good(&s, 1);
     assert!(good && matches!(st, Status::Ok | Status::BadMsg), "{st:?}");
 }
+
+#[test]
+fn a_64m_store_is_created_and_a_too_small_one_leaves_no_file() {
+    let t = tmp("small-store");
+    let path = t.0.join("store.img");
+    let s = open_store(&path, Some(64 << 20)).unwrap();
+    assert_eq!(s.superblock().slots, 8192);
+    drop(s);
+    // Reopened as it is, never formatted again.
+    assert!(open_store(&path, Some(64 << 20)).is_ok());
+    let tiny = t.0.join("tiny.img");
+    let e = open_store(&tiny, Some(2 << 20)).err().unwrap().to_string();
+    assert!(e.contains("needs at least"), "{e}");
+    assert!(
+        !tiny.exists(),
+        "a store that could not be formatted is removed"
+    );
+}

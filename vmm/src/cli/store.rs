@@ -1,10 +1,15 @@
-//! The logic behind `pmovmm store create|mkpmo|ls|inspect|fsck|verify|destroy`.
+//! `pmovmm store create|mkpmo|ls|inspect|fsck|verify|destroy`: a PMO store file on the host.
 //!
-//! The VMM's `main.rs` owns argument parsing; each subcommand maps to one function here that
-//! takes paths and values, prints human output (with a progress bar for long operations) to the
-//! given writers, and returns a typed result.
+//! Each subcommand maps to one function that takes paths and values, prints human output
+//! (with a progress bar for long operations) to the given writers, and returns a typed result,
+//! so the VM tests can call them as the command line does.
 
-use pmo_store::crypto::{Suite, UserKey};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Subcommand;
+use pmo_store::crypto::{KdfParams, Suite, UserKey};
 use pmo_store::medium::{FileMedium, Medium, MediumError};
 use pmo_store::record::{read_slot, SlotContent};
 use pmo_store::superblock::Superblock;
@@ -12,124 +17,197 @@ use pmo_store::{
     CreateOptions, Design, FsckReport, OpenOptions, PmoInfo, RecoveryReport, Store, StoreError,
     StoreOptions,
 };
-use std::io::Write;
-use std::path::Path;
-use std::sync::Arc;
-use zeroize::Zeroizing;
+use sizes::{parse_size, SizeError};
 
-/// CLI errors.
+use super::{
+    read_key_file, refuse_overwrite, AnchorArg, KeyArg, KeyFileError, OverwriteError, Progress,
+};
+
+/// What a store subcommand can fail with.
 #[derive(Debug, thiserror::Error)]
-pub enum CliError {
+pub enum StoreCliError {
     /// A size argument did not parse.
-    #[error("invalid size {0:?} (use bytes or a K/M/G/T suffix)")]
-    BadSize(String),
+    #[error(transparent)]
+    Size(#[from] SizeError),
     /// Unknown design name.
     #[error("unknown design {0:?} (wedi, bp-ip, bp-id, sp-ip, sp-id, d)")]
     BadDesign(String),
     /// Unknown suite name.
     #[error("unknown suite {0:?} (xts-blake3, paper, aes-gcm)")]
     BadSuite(String),
+    /// An Argon2id cost that does not parse or is out of bounds.
+    #[error("--kdf: {0}")]
+    Kdf(String),
     /// The key file could not be read or is empty.
-    #[error("key file {path}: {why}")]
-    Key {
-        /// Path.
-        path: String,
-        /// Why.
-        why: String,
-    },
+    #[error(transparent)]
+    Key(#[from] KeyFileError),
+    /// The store file would be formatted over.
+    #[error(transparent)]
+    Overwrite(#[from] OverwriteError),
     /// The store file could not be used.
     #[error(transparent)]
     Medium(#[from] MediumError),
     /// A store operation failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// fsck found problems.
-    #[error("fsck found {0} problem(s)")]
+    /// fsck or verify found problems.
+    #[error("{0} problem(s) found")]
     Unclean(usize),
     /// Writing output failed.
     #[error("output: {0}")]
     Output(#[from] std::io::Error),
 }
 
-/// Parses "4096", "16M", "16MiB", "1G", "64GiB", "2T".
-pub fn parse_size(s: &str) -> Result<u64, CliError> {
-    let t = s.trim();
-    let lower = t.to_ascii_lowercase();
-    let stripped = lower.trim_end_matches("ib").trim_end_matches('b');
-    let (num, mult) = match stripped.chars().last() {
-        Some('k') => (&stripped[..stripped.len() - 1], 1u64 << 10),
-        Some('m') => (&stripped[..stripped.len() - 1], 1 << 20),
-        Some('g') => (&stripped[..stripped.len() - 1], 1 << 30),
-        Some('t') => (&stripped[..stripped.len() - 1], 1 << 40),
-        _ => (stripped, 1),
-    };
-    num.trim()
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .ok_or_else(|| CliError::BadSize(s.to_string()))
+/// `pmovmm store ...`: a PMO store file on the host (the guest is not involved).
+#[derive(Subcommand)]
+pub enum StoreCommand {
+    /// Format a new store file (refuses to overwrite a non-empty file).
+    Create {
+        file: PathBuf,
+        /// Size of the store (sparse on disk): bytes, or K, M, G, T.
+        #[arg(long)]
+        size: String,
+        /// PMO table slots: the most PMOs the store can hold [default: one per 8 KiB of the
+        /// store, at most 65536].
+        #[arg(long)]
+        slots: Option<u32>,
+        #[command(flatten)]
+        anchor: AnchorArg,
+    },
+    /// Create a PMO in a store, as the guest's pcreate would.
+    Mkpmo {
+        file: PathBuf,
+        name: String,
+        /// Size of the PMO: bytes, or K, M, G, T.
+        size: String,
+        #[command(flatten)]
+        key: KeyArg,
+        /// Default design of its attach sessions: wedi, bp-ip, bp-id, sp-ip, sp-id, d.
+        #[arg(long, default_value = "d")]
+        design: String,
+        /// Page cipher and tag: xts-blake3, paper, aes-gcm.
+        #[arg(long, default_value = "xts-blake3")]
+        suite: String,
+        /// Argon2id cost of the key derivation: m=SIZE,t=PASSES,p=LANES or fast
+        /// [default: m=64M,t=3,p=1].
+        #[arg(long, value_name = "m=SIZE,t=N,p=N|fast")]
+        kdf: Option<String>,
+        #[command(flatten)]
+        anchor: AnchorArg,
+    },
+    /// List the PMOs in a store.
+    Ls {
+        file: PathBuf,
+        #[command(flatten)]
+        anchor: AnchorArg,
+    },
+    /// Show the store's on-media layout and every PMO record (no key needed).
+    Inspect { file: PathBuf },
+    /// Run recovery and a keyless structural check of every PMO.
+    Fsck {
+        file: PathBuf,
+        #[command(flatten)]
+        anchor: AnchorArg,
+    },
+    /// Check every page of one PMO against its keyed MAC (the key holder's offline check).
+    Verify {
+        file: PathBuf,
+        name: String,
+        #[command(flatten)]
+        key: KeyArg,
+        #[command(flatten)]
+        anchor: AnchorArg,
+    },
+    /// Destroy a PMO: its data is scrubbed and its space reclaimed.
+    Destroy {
+        file: PathBuf,
+        name: String,
+        #[command(flatten)]
+        key: KeyArg,
+        #[command(flatten)]
+        anchor: AnchorArg,
+    },
+}
+
+/// Runs one store subcommand; human output to stdout, progress bars to stderr.
+pub fn run(cmd: StoreCommand) -> Result<(), StoreCliError> {
+    let mut out = std::io::stdout();
+    let mut err = std::io::stderr();
+    match cmd {
+        StoreCommand::Create {
+            file,
+            size,
+            slots,
+            anchor,
+        } => {
+            refuse_overwrite(&file)?;
+            let size = parse_size(&size)?;
+            let sf = anchor.with(&file);
+            store_create(sf, size, slots, &mut out, &mut err)?;
+        }
+        StoreCommand::Mkpmo {
+            file,
+            name,
+            size,
+            key,
+            design,
+            suite,
+            kdf,
+            anchor,
+        } => {
+            let opts = CreateOptions {
+                design: parse_design(&design)?,
+                suite: parse_suite(&suite)?,
+                kdf: Some(match kdf {
+                    Some(k) => {
+                        KdfParams::parse(&k).map_err(|e| StoreCliError::Kdf(e.to_string()))?
+                    }
+                    None => KdfParams::DEFAULT,
+                }),
+            };
+            let size = parse_size(&size)?;
+            let key = read_key_file(&key.key_file)?;
+            pmo_create(anchor.with(&file), &name, size, &key, opts, &mut out)?;
+        }
+        StoreCommand::Ls { file, anchor } => {
+            store_ls(anchor.with(&file), &mut out)?;
+        }
+        StoreCommand::Inspect { file } => {
+            store_inspect(&file, &mut out)?;
+        }
+        StoreCommand::Fsck { file, anchor } => {
+            store_fsck(anchor.with(&file), &mut out, &mut err)?;
+        }
+        StoreCommand::Verify {
+            file,
+            name,
+            key,
+            anchor,
+        } => {
+            let key = read_key_file(&key.key_file)?;
+            store_verify(anchor.with(&file), &name, &key, &mut out, &mut err)?;
+        }
+        StoreCommand::Destroy {
+            file,
+            name,
+            key,
+            anchor,
+        } => {
+            let key = read_key_file(&key.key_file)?;
+            store_destroy(anchor.with(&file), &name, &key, &mut out)?;
+        }
+    }
+    Ok(())
 }
 
 /// Parses a design name.
-pub fn parse_design(s: &str) -> Result<Design, CliError> {
-    Design::from_name(s).ok_or_else(|| CliError::BadDesign(s.to_string()))
+pub fn parse_design(s: &str) -> Result<Design, StoreCliError> {
+    Design::from_name(s).ok_or_else(|| StoreCliError::BadDesign(s.to_string()))
 }
 
 /// Parses a suite name.
-pub fn parse_suite(s: &str) -> Result<Suite, CliError> {
-    Suite::from_name(s).map_err(|_| CliError::BadSuite(s.to_string()))
-}
-
-/// Reads a key from a file (one trailing newline is dropped). The buffer is zeroized.
-pub fn read_key_file(path: &Path) -> Result<UserKey, CliError> {
-    let err = |why: String| CliError::Key {
-        path: path.display().to_string(),
-        why,
-    };
-    let mut bytes = Zeroizing::new(std::fs::read(path).map_err(|e| err(e.to_string()))?);
-    if bytes.last() == Some(&b'\n') {
-        bytes.pop();
-    }
-    UserKey::new(&bytes).map_err(|_| err("empty key".into()))
-}
-
-/// A text progress bar on a writer (stderr in the CLI).
-pub struct Progress<'a> {
-    out: &'a mut dyn Write,
-    what: &'static str,
-    last: u64,
-}
-
-impl<'a> Progress<'a> {
-    /// Starts a bar labelled `what`.
-    pub fn new(out: &'a mut dyn Write, what: &'static str) -> Self {
-        Self {
-            out,
-            what,
-            last: u64::MAX,
-        }
-    }
-    /// Updates the bar (redraws only when the percentage changes).
-    pub fn update(&mut self, done: u64, total: u64) {
-        let pct = done.saturating_mul(100).checked_div(total).unwrap_or(100);
-        if pct == self.last {
-            return;
-        }
-        self.last = pct;
-        let filled = (pct / 5) as usize;
-        let _ = write!(
-            self.out,
-            "\r{} [{}{}] {:3}%",
-            self.what,
-            "#".repeat(filled),
-            " ".repeat(20 - filled.min(20)),
-            pct
-        );
-        if pct >= 100 {
-            let _ = writeln!(self.out);
-        }
-        let _ = self.out.flush();
-    }
+pub fn parse_suite(s: &str) -> Result<Suite, StoreCliError> {
+    Suite::from_name(s).map_err(|_| StoreCliError::BadSuite(s.to_string()))
 }
 
 /// A store file and, optionally, its rollback anchor (`--anchor FILE`).
@@ -148,7 +226,7 @@ impl<'a> StoreFile<'a> {
     }
 }
 
-fn open_store(f: StoreFile<'_>) -> Result<(Store, RecoveryReport), CliError> {
+fn open_store(f: StoreFile<'_>) -> Result<(Store, RecoveryReport), StoreCliError> {
     let m: Arc<dyn Medium> = Arc::new(FileMedium::open(f.path)?);
     let opts = OpenOptions {
         anchor: f.anchor.map(Path::to_path_buf),
@@ -164,12 +242,12 @@ pub fn store_create(
     slots: Option<u32>,
     out: &mut dyn Write,
     err: &mut dyn Write,
-) -> Result<Superblock, CliError> {
+) -> Result<Superblock, StoreCliError> {
     let path = f.path;
     let m: Arc<dyn Medium> = Arc::new(FileMedium::create(path, size)?);
     let mut bar = Progress::new(err, "format");
     let opts = StoreOptions {
-        slots: slots.unwrap_or(StoreOptions::default().slots),
+        slots,
         anchor: f.anchor.map(Path::to_path_buf),
         ..StoreOptions::default()
     };
@@ -194,7 +272,7 @@ pub fn pmo_create(
     key: &UserKey,
     opts: CreateOptions,
     out: &mut dyn Write,
-) -> Result<(), CliError> {
+) -> Result<(), StoreCliError> {
     let (s, _) = open_store(f)?;
     s.create_pmo_with(name, size, key, opts)?;
     writeln!(
@@ -208,7 +286,7 @@ pub fn pmo_create(
 }
 
 /// `store ls PATH`: one line per PMO.
-pub fn store_ls(f: StoreFile<'_>, out: &mut dyn Write) -> Result<Vec<PmoInfo>, CliError> {
+pub fn store_ls(f: StoreFile<'_>, out: &mut dyn Write) -> Result<Vec<PmoInfo>, StoreCliError> {
     let (s, _) = open_store(f)?;
     let list = s.list();
     writeln!(
@@ -244,7 +322,7 @@ pub struct Inspection {
 
 /// `store inspect PATH`: superblock and raw table, read-only, without the owner lock (so it also
 /// works while a VMM has the store open; it may then show a record mid-update).
-pub fn store_inspect(path: &Path, out: &mut dyn Write) -> Result<Inspection, CliError> {
+pub fn store_inspect(path: &Path, out: &mut dyn Write) -> Result<Inspection, StoreCliError> {
     // Read-only and unlocked: inspect works while a VMM owns the store.
     let m = FileMedium::open_readonly(path)?;
     let sb = Superblock::read(&m).map_err(StoreError::from)?;
@@ -310,7 +388,7 @@ pub fn store_fsck(
     f: StoreFile<'_>,
     out: &mut dyn Write,
     err: &mut dyn Write,
-) -> Result<FsckReport, CliError> {
+) -> Result<FsckReport, StoreCliError> {
     let (s, rep) = open_store(f)?;
     for (name, state, action) in &rep.actions {
         writeln!(
@@ -336,7 +414,7 @@ pub fn store_fsck(
     if f.problems.is_empty() {
         Ok(f)
     } else {
-        Err(CliError::Unclean(f.problems.len()))
+        Err(StoreCliError::Unclean(f.problems.len()))
     }
 }
 
@@ -347,7 +425,7 @@ pub fn store_verify(
     key: &UserKey,
     out: &mut dyn Write,
     err: &mut dyn Write,
-) -> Result<Vec<u64>, CliError> {
+) -> Result<Vec<u64>, StoreCliError> {
     let (s, _) = open_store(f)?;
     let mut bar = Progress::new(err, "verify");
     let bad = s.verify_pmo(name, key, &mut |d, t| bar.update(d, t))?;
@@ -358,7 +436,7 @@ pub fn store_verify(
     if bad.is_empty() {
         Ok(bad)
     } else {
-        Err(CliError::Unclean(bad.len()))
+        Err(StoreCliError::Unclean(bad.len()))
     }
 }
 
@@ -368,7 +446,7 @@ pub fn store_destroy(
     name: &str,
     key: &UserKey,
     out: &mut dyn Write,
-) -> Result<(), CliError> {
+) -> Result<(), StoreCliError> {
     let (s, _) = open_store(f)?;
     s.destroy_pmo(name, key)?;
     writeln!(out, "destroyed PMO {name}")?;
@@ -380,13 +458,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert_eq!(parse_size("16M").unwrap(), 16 << 20);
-        assert_eq!(parse_size("16MiB").unwrap(), 16 << 20);
-        assert_eq!(parse_size("64G").unwrap(), 64 << 30);
-        assert!(parse_size("x").is_err());
-        assert!(parse_size("99999999999T").is_err());
+    fn a_small_store_gets_a_table_that_fits_or_is_told_the_smallest_size() {
+        let dir = std::env::temp_dir().join(format!("pmo-cli-small-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let path = dir.join("64m");
+        let sb = store_create(StoreFile::plain(&path), 64 << 20, None, &mut out, &mut err).unwrap();
+        assert_eq!(sb.slots, 8192, "one slot per 8 KiB of the store");
+        let path = dir.join("64m-full-table");
+        let e = store_create(
+            StoreFile::plain(&path),
+            64 << 20,
+            Some(65_536),
+            &mut out,
+            &mut err,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("needs at least 68 MiB"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -435,11 +525,11 @@ mod tests {
         }
         assert!(matches!(
             store_verify(sf, "db", &key, &mut out, &mut err),
-            Err(CliError::Unclean(1))
+            Err(StoreCliError::Unclean(1))
         ));
         assert!(matches!(
             store_destroy(sf, "db", &UserKey::new(b"bad").unwrap(), &mut out),
-            Err(CliError::Store(StoreError::WrongKey))
+            Err(StoreCliError::Store(StoreError::WrongKey))
         ));
         store_destroy(sf, "db", &key, &mut out).unwrap();
         assert!(store_ls(sf, &mut out).unwrap().is_empty());
