@@ -408,14 +408,6 @@ impl CxlMemdev {
         self.maps.clear();
         self.expander.shutdown()
     }
-
-    /// Device reset: every decoder uncommitted, its mapping gone. (A guest
-    /// reboot ends the VMM, so nothing calls this yet.)
-    pub fn reset(&mut self) {
-        for ev in self.regs.reset() {
-            self.maps.on_event(ev);
-        }
-    }
 }
 
 impl Drop for CxlMemdev {

@@ -40,6 +40,7 @@ pub struct VmExit {
 }
 
 impl VmExit {
+    /// No reason yet; fails only if the eventfd cannot be made.
     pub fn new() -> std::io::Result<Self> {
         Ok(VmExit {
             reason: Mutex::new(None),
@@ -58,6 +59,7 @@ impl VmExit {
         }
     }
 
+    /// Whether the VM is stopping (vCPU threads poll this between runs).
     pub fn is_set(&self) -> bool {
         self.reason.locked().is_some()
     }

@@ -1,16 +1,16 @@
 //! The pmovmm virtual machine monitor as a library: the `pmovmm` binary is a
 //! thin CLI over it, and tests can build machines directly.
 
-pub mod acpi;
-pub mod boot;
-pub mod bus;
+mod acpi;
+mod boot;
+mod bus;
 pub mod cli;
 pub mod config;
-pub mod cpu;
-pub mod cxl;
+mod cpu;
+mod cxl;
 pub mod exit;
-pub mod layout;
-pub mod legacy;
+mod layout;
+mod legacy;
 pub mod machine;
 pub mod pci;
-pub mod vm;
+mod vm;

@@ -40,36 +40,53 @@ impl RefusedPages for PmoRefused {
 /// Errors building or running the machine.
 #[derive(Debug, thiserror::Error)]
 pub enum MachineError {
+    /// The KVM VM or its guest memory.
     #[error(transparent)]
     Vm(#[from] VmError),
+    /// Loading the kernel, initrd or boot parameters.
     #[error(transparent)]
     Boot(#[from] BootError),
+    /// Creating or running a vCPU.
     #[error(transparent)]
     Cpu(#[from] CpuError),
+    /// Placing a device on the PCI bus.
     #[error(transparent)]
     Pci(#[from] PciError),
+    /// A virtio-pci transport.
     #[error(transparent)]
     VirtioPci(#[from] VirtioPciError),
+    /// A virtio-pmem device.
     #[error(transparent)]
     Pmem(#[from] PmemError),
+    /// The PMO device or its store.
     #[error(transparent)]
     Pmo(#[from] DeviceError),
+    /// Building the ACPI tables.
     #[error("ACPI: {0}")]
     Acpi(#[from] acpi::AcpiError),
+    /// Two devices claiming one port or MMIO range.
     #[error("device bus: {0}")]
     Bus(#[from] BusError),
+    /// The console log file cannot be created.
     #[error("console {path}: {source}")]
     Console {
+        /// The `--console` file.
         path: String,
+        /// Why it cannot be created.
         source: std::io::Error,
     },
+    /// An eventfd, irqfd or thread the machine needs.
     #[error("{what}: {source}")]
     Io {
+        /// What was being set up.
         what: &'static str,
+        /// The system's answer.
         source: std::io::Error,
     },
+    /// A CXL Type 3 expander or its host bridge.
     #[error(transparent)]
     Cxl(#[from] CxlError),
+    /// The devices' memory regions do not fit the device-memory area of the address map.
     #[error("device memory area exhausted")]
     DeviceMemory,
 }
@@ -100,6 +117,8 @@ fn io_err(what: &'static str) -> impl Fn(std::io::Error) -> MachineError {
 }
 
 impl Machine {
+    /// Builds the VM `cfg` describes: memory, devices, ACPI tables, the loaded kernel and
+    /// vCPUs ready to run. Creates the files the devices need (pmem, store, media).
     pub fn new(cfg: &VmConfig) -> Result<Self, MachineError> {
         let vm = Vm::new(cfg.memory)?;
         let exit = Arc::new(VmExit::new().map_err(io_err("exit eventfd"))?);

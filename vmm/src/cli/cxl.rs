@@ -16,6 +16,7 @@ pub enum CxlCommand {
     /// Create the media file of a --cxl-t3 device (refuses to overwrite a non-empty file),
     /// so its final size is known before a VM starts.
     Create {
+        /// The media file to create.
         file: PathBuf,
         /// Device capacity: a non-zero multiple of 256M.
         #[arg(long)]

@@ -63,6 +63,7 @@ pub enum StoreCliError {
 pub enum StoreCommand {
     /// Format a new store file (refuses to overwrite a non-empty file).
     Create {
+        /// The store file.
         file: PathBuf,
         /// Size of the store (sparse on disk): bytes, or K, M, G, T.
         #[arg(long)]
@@ -71,15 +72,19 @@ pub enum StoreCommand {
         /// store, at most 65536].
         #[arg(long)]
         slots: Option<u32>,
+        /// The store's rollback anchor, if it has one.
         #[command(flatten)]
         anchor: AnchorArg,
     },
     /// Create a PMO in a store, as the guest's pcreate would.
     Mkpmo {
+        /// The store file.
         file: PathBuf,
+        /// The PMO's name.
         name: String,
         /// Size of the PMO: bytes, or K, M, G, T.
         size: String,
+        /// Where the PMO's key comes from.
         #[command(flatten)]
         key: KeyArg,
         /// Default design of its attach sessions: wedi, bp-ip, bp-id, sp-ip, sp-id, d.
@@ -92,38 +97,54 @@ pub enum StoreCommand {
         /// [default: m=64M,t=3,p=1].
         #[arg(long, value_name = "m=SIZE,t=N,p=N|fast")]
         kdf: Option<String>,
+        /// The store's rollback anchor, if it has one.
         #[command(flatten)]
         anchor: AnchorArg,
     },
     /// List the PMOs in a store.
     Ls {
+        /// The store file.
         file: PathBuf,
+        /// The store's rollback anchor, if it has one.
         #[command(flatten)]
         anchor: AnchorArg,
     },
     /// Show the store's on-media layout and every PMO record (no key needed).
-    Inspect { file: PathBuf },
+    Inspect {
+        /// The store file.
+        file: PathBuf,
+    },
     /// Run recovery and a keyless structural check of every PMO.
     Fsck {
+        /// The store file.
         file: PathBuf,
+        /// The store's rollback anchor, if it has one.
         #[command(flatten)]
         anchor: AnchorArg,
     },
     /// Check every page of one PMO against its keyed MAC (the key holder's offline check).
     Verify {
+        /// The store file.
         file: PathBuf,
+        /// The PMO's name.
         name: String,
+        /// Where the PMO's key comes from.
         #[command(flatten)]
         key: KeyArg,
+        /// The store's rollback anchor, if it has one.
         #[command(flatten)]
         anchor: AnchorArg,
     },
     /// Destroy a PMO: its data is scrubbed and its space reclaimed.
     Destroy {
+        /// The store file.
         file: PathBuf,
+        /// The PMO's name.
         name: String,
+        /// Where the PMO's key comes from.
         #[command(flatten)]
         key: KeyArg,
+        /// The store's rollback anchor, if it has one.
         #[command(flatten)]
         anchor: AnchorArg,
     },

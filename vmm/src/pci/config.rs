@@ -27,7 +27,10 @@ pub enum BarKind {
     /// 32-bit memory BAR.
     Mem32,
     /// 64-bit memory BAR; uses the next BAR slot for the high half.
-    Mem64 { prefetchable: bool },
+    Mem64 {
+        /// Reads have no side effects, so the guest may map it write-combined.
+        prefetchable: bool,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -39,10 +42,13 @@ struct Bar {
 /// Errors building a configuration space (programming errors in device models).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
+    /// BAR index past 5, or already used (also as the upper half of a 64-bit BAR).
     #[error("BAR {0} is out of range or taken")]
     BarSlot(usize),
+    /// BAR sizes are powers of two, and at least a page so BARs never share one.
     #[error("BAR size {0:#x} is not a power of two of at least 4 KiB")]
     BarSize(u64),
+    /// The capability list (or extended list) has no space left for the capability.
     #[error("no room for a {0}-byte capability")]
     NoRoom(usize),
 }
@@ -50,12 +56,17 @@ pub enum ConfigError {
 /// Identity of a function, written once into its header.
 #[derive(Clone, Copy, Debug)]
 pub struct PciIds {
+    /// PCI-SIG vendor ID.
     pub vendor: u16,
+    /// Device ID under that vendor (what the guest driver matches).
     pub device: u16,
     /// Class code (base << 16 | subclass << 8 | prog-if).
     pub class: u32,
+    /// Revision ID.
     pub revision: u8,
+    /// Subsystem vendor ID.
     pub subsystem_vendor: u16,
+    /// Subsystem ID (virtio: the device type for transitional drivers).
     pub subsystem: u16,
 }
 
@@ -73,6 +84,7 @@ pub struct PciConfig {
 }
 
 impl PciConfig {
+    /// A type 0 header with `ids`, no BARs and empty capability lists.
     pub fn new(ids: PciIds) -> Self {
         let mut c = PciConfig {
             regs: Box::new([0; NUM_REGS]),

@@ -20,6 +20,7 @@ use config::{PciConfig, PciIds};
 
 /// A PCI function as the root complex sees it.
 pub trait PciDevice: Send {
+    /// The function's configuration space (the root reads it directly).
     fn config(&self) -> &PciConfig;
     /// Guest config write; devices override it to react to their capabilities.
     fn config_write(&mut self, reg: usize, offset: usize, data: &[u8]);
@@ -40,14 +41,19 @@ pub trait PciDevice: Send {
 /// Errors building the PCI topology.
 #[derive(Debug, thiserror::Error)]
 pub enum PciError {
+    /// All 32 device numbers of bus 0 are used.
     #[error("no free PCI slot on bus 0")]
     NoSlot,
+    /// A function was placed at a bus:device.function already in use.
     #[error("PCI function {0:02x}:{1:02x}.{2} is taken")]
     Taken(u8, u8, u8),
+    /// A function was to go behind a bridge that is not there.
     #[error("no bridge at {0:02x}:{1:02x}.{2} to plug a function behind")]
     NoBridge(u8, u8, u8),
+    /// The address window has no aligned room of that size left.
     #[error("PCI window exhausted allocating {0:#x} bytes")]
     NoSpace(u64),
+    /// A BAR overlaps another device's range on the MMIO bus.
     #[error("map BAR: {0}")]
     Bus(#[from] BusError),
 }
@@ -88,6 +94,7 @@ pub struct Window {
 }
 
 impl Window {
+    /// The window `[start, start + size)`, all free.
     pub fn new(start: u64, size: u64) -> Self {
         Window {
             next: start,
@@ -95,6 +102,7 @@ impl Window {
         }
     }
 
+    /// The next `size` bytes aligned to `align` (a power of two); never freed.
     pub fn alloc(&mut self, size: u64, align: u64) -> Result<u64, PciError> {
         let base = self
             .next
@@ -135,6 +143,8 @@ const HOST_BRIDGE_IDS: PciIds = PciIds {
 };
 
 impl PciRoot {
+    /// Bus 0 with its host bridge at 00.0; BARs are mapped on `mmio` as the guest enables
+    /// them.
     pub fn new(mmio: Arc<Bus>) -> Self {
         let mut root = PciRoot {
             slots: BTreeMap::new(),
@@ -240,6 +250,8 @@ impl PciRoot {
         }
     }
 
+    /// Config write of `data` at byte `offset` of register `reg` of bus/devfn; BAR moves are
+    /// applied to the MMIO bus. Writes to absent functions are dropped.
     pub fn config_write(&mut self, bus: u8, devfn: u8, reg: usize, offset: usize, data: &[u8]) {
         let slot = match self.route(bus, devfn) {
             Some(Route::Root(b, d)) => self.slots.get_mut(&(b, d)),
@@ -338,6 +350,7 @@ pub struct PioConfig {
 const RESET_CONTROL_RST_CPU: u8 = 1 << 2;
 
 impl PioConfig {
+    /// Ports 0xCF8-0xCFF over `root`; `on_reset` runs when the guest resets through 0xCF9.
     pub fn new(root: Arc<Mutex<PciRoot>>, on_reset: Box<dyn Fn() + Send>) -> Self {
         PioConfig {
             root,

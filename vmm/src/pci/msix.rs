@@ -55,6 +55,7 @@ impl Msix {
         }
     }
 
+    /// Table entries (the capability's Table Size + 1).
     pub fn vectors(&self) -> u16 {
         self.entries.len() as u16
     }
@@ -71,6 +72,7 @@ impl Msix {
         self.deliver_pending();
     }
 
+    /// Guest read of the MSI-X table at byte `offset`; past the table reads zeros.
     pub fn read_table(&self, offset: u64, data: &mut [u8]) {
         data.fill(0);
         let idx = (offset / ENTRY_SIZE) as usize;
@@ -87,6 +89,7 @@ impl Msix {
         data[..end - start].copy_from_slice(&bytes[start..end]);
     }
 
+    /// Guest write of the MSI-X table; a vector unmasked with a message pending fires now.
     pub fn write_table(&mut self, offset: u64, data: &[u8]) {
         let idx = (offset / ENTRY_SIZE) as usize;
         let start = (offset % ENTRY_SIZE) as usize;

@@ -112,12 +112,16 @@ pub struct VirtioPci {
 /// Errors building the transport.
 #[derive(Debug, thiserror::Error)]
 pub enum VirtioPciError {
+    /// A queue or config-change notifier could not be made.
     #[error("eventfd: {0}")]
     EventFd(std::io::Error),
+    /// The transport's capabilities do not fit its configuration space.
     #[error("config space: {0}")]
     Config(#[from] super::config::ConfigError),
+    /// More queues than the transport serves.
     #[error("device has {0} queues; the transport supports at most 1023")]
     TooManyQueues(usize),
+    /// A device with a shared-memory region needs a memslot mapper.
     #[error("device has shared memory but the transport got no way to map it")]
     NoMapper,
 }
@@ -308,6 +312,7 @@ impl VirtioPci {
         self.config.set_bar_addr(0, addr);
     }
 
+    /// Size of BAR0 (common, notify, ISR and device config, and the MSI-X table).
     pub fn bar0_size() -> u64 {
         BAR_SIZE
     }
