@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use pmo_store::crypto::{KdfParams, Suite, UserKey};
 use pmo_store::medium::{FileMedium, Medium, MediumError};
 use pmo_store::record::{read_slot, SlotContent};
@@ -123,31 +123,24 @@ pub enum StoreCommand {
         anchor: AnchorArg,
     },
     /// Check every page of one PMO against its keyed MAC (the key holder's offline check).
-    Verify {
-        /// The store file.
-        file: PathBuf,
-        /// The PMO's name.
-        name: String,
-        /// Where the PMO's key comes from.
-        #[command(flatten)]
-        key: KeyArg,
-        /// The store's rollback anchor, if it has one.
-        #[command(flatten)]
-        anchor: AnchorArg,
-    },
+    Verify(KeyedPmo),
     /// Destroy a PMO: its data is scrubbed and its space reclaimed.
-    Destroy {
-        /// The store file.
-        file: PathBuf,
-        /// The PMO's name.
-        name: String,
-        /// Where the PMO's key comes from.
-        #[command(flatten)]
-        key: KeyArg,
-        /// The store's rollback anchor, if it has one.
-        #[command(flatten)]
-        anchor: AnchorArg,
-    },
+    Destroy(KeyedPmo),
+}
+
+/// One PMO of a store file, with its key.
+#[derive(Args)]
+pub struct KeyedPmo {
+    /// The store file.
+    file: PathBuf,
+    /// The PMO's name.
+    name: String,
+    /// Where the PMO's key comes from.
+    #[command(flatten)]
+    key: KeyArg,
+    /// The store's rollback anchor, if it has one.
+    #[command(flatten)]
+    anchor: AnchorArg,
 }
 
 /// Runs one store subcommand; human output to stdout, progress bars to stderr.
@@ -199,23 +192,13 @@ pub fn run(cmd: StoreCommand) -> Result<(), StoreCliError> {
         StoreCommand::Fsck { file, anchor } => {
             store_fsck(anchor.with(&file), &mut out, &mut err)?;
         }
-        StoreCommand::Verify {
-            file,
-            name,
-            key,
-            anchor,
-        } => {
-            let key = read_key_file(&key.key_file)?;
-            store_verify(anchor.with(&file), &name, &key, &mut out, &mut err)?;
+        StoreCommand::Verify(p) => {
+            let key = read_key_file(&p.key.key_file)?;
+            store_verify(p.anchor.with(&p.file), &p.name, &key, &mut out, &mut err)?;
         }
-        StoreCommand::Destroy {
-            file,
-            name,
-            key,
-            anchor,
-        } => {
-            let key = read_key_file(&key.key_file)?;
-            store_destroy(anchor.with(&file), &name, &key, &mut out)?;
+        StoreCommand::Destroy(p) => {
+            let key = read_key_file(&p.key.key_file)?;
+            store_destroy(p.anchor.with(&p.file), &p.name, &key, &mut out)?;
         }
     }
     Ok(())
