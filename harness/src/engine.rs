@@ -17,17 +17,15 @@
 //! compared with the plain-memory run's: a pager or store that lost or mixed up a page fails
 //! the cell loudly.
 
-use locked::RwLocked;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use pmo_store::crypto::{Suite, UserKey, PAGE};
 use pmo_store::medium::{FileMedium, Medium, PmTiming, TimedMedium};
-use pmo_store::{
-    CreateOptions, Design, DetachHandle, Perm, Session, Store, StoreError, StoreOptions,
-};
-use pmo_virtio::pager::{FillError, PageSource, Pager, PagerError, SliceStats};
+use pmo_store::{CreateOptions, Design, DetachHandle, Perm, Store, StoreError, StoreOptions};
+use pmo_virtio::pager::{Pager, PagerError, SliceStats};
+use pmo_virtio::source::SessionSource;
 
 use crate::workloads::{PlainMem, Workload, WorkloadError};
 
@@ -286,29 +284,6 @@ impl Drop for Env {
     }
 }
 
-/// A store session as the pager's page source (taken out again at detach).
-struct SessionSource(RwLock<Option<Session>>);
-
-impl PageSource for SessionSource {
-    fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError> {
-        let g = self.0.read_locked();
-        let s = g.as_ref().ok_or(FillError::Other {
-            page,
-            why: "detached".into(),
-        })?;
-        s.fault(page, out).map_err(|e| match e {
-            StoreError::Integrity { page } => FillError::Integrity(page),
-            e => FillError::Other {
-                page,
-                why: e.to_string(),
-            },
-        })
-    }
-    fn writable(&self) -> bool {
-        true
-    }
-}
-
 /// One live attach session: the store session behind a pager slice.
 struct Attached {
     source: Arc<SessionSource>,
@@ -494,12 +469,12 @@ fn attach_one(
     let session = env
         .store
         .attach_with(name, Perm::Write, &env.key, Some(spec.design))?;
-    let source = Arc::new(SessionSource(RwLock::new(Some(session))));
+    let source = Arc::new(SessionSource::new(session, true));
     let (offset, stats) = match pager.attach(source.clone(), npages) {
         Ok(x) => x,
         Err(e) => {
             // Dropping the session runs the store's crash handler: nothing changes.
-            drop(source.0.write_locked().take());
+            drop(source.take());
             return Err(e.into());
         }
     };
@@ -516,13 +491,15 @@ fn attach_one(
 }
 
 fn psync(pager: &Pager, a: &Attached) -> Result<u64, EngineError> {
-    let g = a.source.0.read_locked();
-    let s = g
-        .as_ref()
-        .ok_or(EngineError::Pager(PagerError::NoSlice(a.offset)))?;
-    Ok(pager.collect_dirty(a.offset, |pages| {
-        s.psync(pages.iter().map(|(p, d)| (*p, &**d)))
-    })??)
+    let n = a
+        .source
+        .with(|s| {
+            pager.collect_dirty(a.offset, |pages| {
+                s.psync(pages.iter().map(|(p, d)| (*p, &**d)))
+            })
+        })
+        .ok_or(EngineError::Pager(PagerError::NoSlice(a.offset)))???;
+    Ok(n)
 }
 
 fn detach(
@@ -546,8 +523,6 @@ fn detach(
     pager.detach(a.offset)?;
     let s = a
         .source
-        .0
-        .write_locked()
         .take()
         .ok_or(EngineError::Pager(PagerError::NoSlice(a.offset)))?;
     let h = s.detach();

@@ -177,14 +177,8 @@ fn breakdown() -> [f64; 5] {
     let wp = per(t.elapsed(), N);
     let t = Instant::now();
     for b in 0..N {
-        // SAFETY: one page of our mapping.
-        unsafe {
-            libc::madvise(
-                base.add((b * BLOCK) as usize),
-                BLOCK as usize,
-                libc::MADV_DONTNEED,
-            )
-        };
+        map.discard(base as u64 + b * BLOCK, BLOCK)
+            .expect("discard");
     }
     let dontneed = per(t.elapsed(), N);
     drop(map);

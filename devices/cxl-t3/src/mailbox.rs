@@ -16,7 +16,7 @@
 
 use locked::Locked;
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::lsa::LabelArea;
@@ -303,15 +303,11 @@ pub struct Mailbox {
     exec: Exec,
 }
 
-fn lock(m: &Mutex<Regs>) -> MutexGuard<'_, Regs> {
-    m.locked()
-}
-
 /// Puts a finished command's result in the registers and clears the
 /// doorbell (last, under the same lock: a guest that sees it clear sees the
 /// result).
 fn complete(regs: &Mutex<Regs>, opcode: u16, rc: u16, out: &[u8]) {
-    let mut r = lock(regs);
+    let mut r = regs.locked();
     let out_len = if rc == RC_SUCCESS {
         let n = out.len().min(PAYLOAD_SIZE);
         r.payload[..n].copy_from_slice(&out[..n]);
@@ -392,12 +388,12 @@ impl Mailbox {
 
     /// The doorbell is set: a command is queued or running.
     pub fn busy(&self) -> bool {
-        lock(&self.regs).busy
+        self.regs.locked().busy
     }
 
     /// Reads any 1..8 bytes at `offset`; out-of-range bytes read as zero.
     pub fn read(&self, offset: u64, data: &mut [u8]) {
-        let r = lock(&self.regs);
+        let r = self.regs.locked();
         let mut h = [0u8; MB_PAYLOAD as usize];
         h[0..4].copy_from_slice(&PAYLOAD_SHIFT.to_le_bytes());
         h[4..8].copy_from_slice(&u32::from(r.busy).to_le_bytes());
@@ -422,7 +418,7 @@ impl Mailbox {
     /// ignored (the device owns the registers).
     pub fn write(&mut self, offset: u64, data: &[u8]) {
         let job = {
-            let mut r = lock(&self.regs);
+            let mut r = self.regs.locked();
             if r.busy {
                 return;
             }

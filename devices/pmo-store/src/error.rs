@@ -19,9 +19,12 @@ pub enum StoreError {
     /// The key does not open this PMO. Same error whatever the key and wherever it differs.
     #[error("wrong key")]
     WrongKey,
-    /// Name rules: 1..=64 bytes of [A-Za-z0-9._-], not starting with '.'.
-    #[error("invalid PMO name {0:?}")]
+    /// Name rules: 1..=63 bytes of [A-Za-z0-9._-], not starting with '.'.
+    #[error("invalid PMO name {0:?} (letters, digits, '.', '_', '-'; not starting with '.')")]
     InvalidName(String),
+    /// A name longer than [`record::MAX_NAME`](crate::record::MAX_NAME) bytes.
+    #[error("PMO name of {0} bytes is too long (at most 63)")]
+    NameTooLong(usize),
     /// Size rules: a nonzero multiple of 4096 up to 64 GiB.
     #[error("invalid PMO size {0} (a nonzero multiple of 4096, at most 64 GiB)")]
     InvalidSize(u64),

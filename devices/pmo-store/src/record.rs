@@ -18,8 +18,11 @@ use crate::crypto::{KdfParams, KeyParams, PmoKeys, Suite, PAGE};
 use crate::medium::{Medium, MediumError};
 
 const MAGIC: u32 = 0x3252_4d50; // "PMR2"
-/// Longest PMO name.
-pub const MAX_NAME: usize = 64;
+/// Bytes of the name field of a record on media.
+pub const NAME_FIELD: usize = 64;
+/// Longest PMO name: the field less one byte, so the guest protocol's NUL-terminated
+/// 64-byte name field carries every name the store holds (one limit for both).
+pub const MAX_NAME: usize = NAME_FIELD - 1;
 
 /// Persistent per-PMO state: the states of the papers' diagrams that must survive a crash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -179,10 +182,10 @@ impl Record {
         keys.check_record_mac(&self.bound_bytes(store_uuid), &self.rec_mac)
     }
 
-    fn name_field(&self) -> (u8, [u8; MAX_NAME]) {
+    fn name_field(&self) -> (u8, [u8; NAME_FIELD]) {
         let name = self.name.as_bytes();
-        let mut nb = [0u8; MAX_NAME];
-        let n = name.len().min(MAX_NAME);
+        let mut nb = [0u8; NAME_FIELD];
+        let n = name.len().min(NAME_FIELD);
         nb[..n].copy_from_slice(&name[..n]);
         (n as u8, nb)
     }
@@ -213,7 +216,7 @@ impl Record {
         let design = Design::from_code(d.u8().ok()?)?;
         let suite = Suite::from_code(d.u8().ok()?).ok()?;
         let n = d.u8().ok()? as usize;
-        let nb = d.take(MAX_NAME).ok()?;
+        let nb = d.take(NAME_FIELD).ok()?;
         let name = std::str::from_utf8(nb.get(..n)?).ok()?.to_string();
         let npages = d.u64().ok()?;
         let ext_off = d.u64().ok()?;
@@ -271,7 +274,7 @@ impl Record {
 
 /// Length of the encoded record body before its checksum.
 const ENCODED_BODY: usize =
-    4 + 8 + 4 + MAX_NAME + 8 * 4 + 32 + 16 + 12 + 32 + 8 + 8 + 32 + 8 + 8 + 32 + 8 + 32 + 8;
+    4 + 8 + 4 + NAME_FIELD + 8 * 4 + 32 + 16 + 12 + 32 + 8 + 8 + 32 + 8 + 8 + 32 + 8 + 32 + 8;
 
 /// What a table slot holds after reading both copies.
 #[derive(Debug, Clone, PartialEq, Eq)]

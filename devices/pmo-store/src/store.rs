@@ -27,8 +27,10 @@ pub struct Store {
 
 /// Checks a PMO name.
 pub fn validate_name(name: &str) -> Result<(), StoreError> {
+    if name.len() > MAX_NAME {
+        return Err(StoreError::NameTooLong(name.len()));
+    }
     let ok = !name.is_empty()
-        && name.len() <= MAX_NAME
         && !name.starts_with('.')
         && name
             .bytes()

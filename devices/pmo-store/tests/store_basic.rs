@@ -98,8 +98,25 @@ fn validation_and_typed_errors() {
     ));
     assert!(matches!(
         s.create_pmo(&"x".repeat(65), 4096, &k),
-        Err(StoreError::InvalidName(_))
+        Err(StoreError::NameTooLong(65))
     ));
+    // 63 bytes is the limit, as on the guest protocol; 64 is refused with a clear message.
+    let e = s.create_pmo(&"x".repeat(64), 4096, &k).unwrap_err();
+    assert!(matches!(e, StoreError::NameTooLong(64)));
+    assert_eq!(
+        e.to_string(),
+        "PMO name of 64 bytes is too long (at most 63)"
+    );
+    s.create_pmo_with(
+        &"x".repeat(63),
+        4096,
+        &k,
+        pmo_store::CreateOptions {
+            kdf: Some(pmo_store::crypto::KdfParams::INSECURE_FAST),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(matches!(
         s.create_pmo("a", 0, &k),
         Err(StoreError::InvalidSize(0))

@@ -26,8 +26,9 @@ use std::time::Instant;
 use pmo_store::crypto::xts::XtsCipher;
 use pmo_store::crypto::{UserKey, PAGE};
 use pmo_store::medium::{FileMedium, Medium};
-use pmo_store::{Perm, Session, Store, StoreOptions};
+use pmo_store::{Perm, Store, StoreOptions};
 use pmo_virtio::pager::{FillError, PageSource, Pager};
+use pmo_virtio::source::SessionSource;
 
 /// Decrypt-only source: the cost of the fault path without integrity.
 struct DecryptOnly {
@@ -63,21 +64,6 @@ impl PageSource for Zeros {
     fn fill(&self, _page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError> {
         out.fill(0);
         Ok(())
-    }
-    fn writable(&self) -> bool {
-        false
-    }
-}
-
-/// A read session of the real store.
-struct StoreSource(Session);
-
-impl PageSource for StoreSource {
-    fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError> {
-        self.0.fault(page, out).map_err(|e| FillError::Other {
-            page,
-            why: e.to_string(),
-        })
     }
     fn writable(&self) -> bool {
         false
@@ -229,7 +215,7 @@ fn main() {
         let session = store.attach("bench", Perm::Read, &ukey).expect("attach r");
         let pager = Pager::new(pages * PAGE as u64, 2).expect("pager");
         let (off, _) = pager
-            .attach(Arc::new(StoreSource(session)), pages)
+            .attach(Arc::new(SessionSource::new(session, false)), pages)
             .expect("attach slice");
         let lat = touch_all(pager.host_addr() + off, pages, threads);
         rows.push(summarize(
@@ -243,7 +229,7 @@ fn main() {
         let session = store.attach("bench", Perm::Read, &ukey).expect("attach r");
         let pager = Pager::new(pages * PAGE as u64, 2).expect("pager");
         let (off, _) = pager
-            .attach(Arc::new(StoreSource(session)), pages)
+            .attach(Arc::new(SessionSource::new(session, false)), pages)
             .expect("attach slice");
         pager
             .set_predictor(

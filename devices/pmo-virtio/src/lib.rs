@@ -7,3 +7,4 @@
 pub mod device;
 pub mod pager;
 pub mod proto;
+pub mod source;

@@ -26,8 +26,13 @@
 //!
 //! Counting: a guest access to a resident block never traps, so guest-path
 //! hits are not counted and the guest path updates LRU order only at fills;
-//! host-path accesses ([`Shared::read`], [`Shared::write`]) are counted
+//! host-path accesses ([`Expander::read`], [`Expander::write`]) are counted
 //! and update LRU on every access.
+//!
+//! Files: this one holds the expander and its setup; `fault.rs` the block fill and eviction
+//! behind a fault; `host.rs` the host path, write-back and shutdown; `keys.rs` the TEE range
+//! keys; `medium.rs` the PMO store's medium over an expander. The fault threads are
+//! `uffd::FaultServer`'s.
 
 mod medium;
 
@@ -38,12 +43,10 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use pmo_store::crypto::wipe;
-use uffd::{AnonMap, Fault, Install, Uffd};
-use vmm_sys_util::eventfd::EventFd;
+use uffd::{AnonMap, Fault, FaultHandler, FaultServer, Install, Uffd};
 
 use crate::cache::{CacheError, CacheModel, CacheStats, BLOCK, DEFAULT_WAYS};
 use crate::media::{Media, MediaError};
@@ -130,25 +133,17 @@ pub struct ExpanderCounters {
     pub dirty: u64,
 }
 
-/// One CXL Type 3 device's memory. The handle owns the fault threads:
-/// dropping the last `Arc<Expander>` stops and joins them, so the media file
-/// is closed (and unlocked) when the drop returns. Everything else is on
-/// [`Shared`], reached through `Deref`.
+/// One CXL Type 3 device's memory, as its owners hold it: the cached media and the fault
+/// threads that serve it. Dropping the last `Arc<Expander>` stops and joins the threads first,
+/// so the media file is closed (and unlocked) when the drop returns.
 pub struct Expander {
-    shared: Arc<Shared>,
-    stop: EventFd,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    memory: Arc<CachedMedia>,
+    faults: FaultServer,
 }
 
-impl std::ops::Deref for Expander {
-    type Target = Shared;
-    fn deref(&self) -> &Shared {
-        &self.shared
-    }
-}
-
-/// The state the fault threads share with the handle.
-pub struct Shared {
+/// The DPA space the guest maps (userfaultfd-backed), the device DRAM cache model in front of
+/// the media, and the TEE range table. The fault threads hold it weakly.
+pub(crate) struct CachedMedia {
     map: AnonMap,
     size: u64,
     uffd: Arc<Uffd>,
@@ -169,23 +164,10 @@ pub struct Shared {
 impl std::fmt::Debug for Expander {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Expander")
-            .field("size", &self.size)
-            .field("media", &self.media)
+            .field("size", &self.memory.size)
+            .field("media", &self.memory.media)
             .finish_non_exhaustive()
     }
-}
-
-impl std::fmt::Debug for Shared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared")
-            .field("size", &self.size)
-            .field("media", &self.media)
-            .finish_non_exhaustive()
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.locked()
 }
 
 /// True if every byte is zero. An OR over the whole block, which the
@@ -220,7 +202,7 @@ impl Expander {
         uffd.register(map.addr(), cfg.size)
             .map_err(os("register DPA space"))?;
         let sets = model.sets() as usize;
-        let shared = Arc::new(Shared {
+        let memory = Arc::new(CachedMedia {
             map,
             size: cfg.size,
             uffd: Arc::new(uffd),
@@ -234,35 +216,20 @@ impl Expander {
             media_errors: AtomicU64::new(0),
             clean: AtomicBool::new(false),
         });
-        let exp = Arc::new(Expander {
-            shared,
-            stop: EventFd::new(libc::EFD_NONBLOCK).map_err(os("eventfd"))?,
-            threads: Mutex::new(Vec::new()),
-        });
-        for i in 0..FAULT_THREADS {
-            let shared = exp.shared.clone();
-            let stop = exp.stop.try_clone().map_err(os("eventfd"))?;
-            let t = std::thread::Builder::new()
-                .name(format!("cxl-fault{i}"))
-                .spawn(move || serve(&shared, &stop))
-                .map_err(os("spawn fault thread"))?;
-            lock(&exp.threads).push(t);
-        }
-        Ok(exp)
-    }
-
-    /// Stops and joins the fault threads. Touching the DPA space afterwards
-    /// hangs the toucher: only for teardown.
-    fn stop_threads(&self) {
-        let _ = self.stop.write(1);
-        let threads = std::mem::take(&mut *lock(&self.threads));
-        for t in threads {
-            let _ = t.join();
-        }
+        let faults = FaultServer::new().map_err(os("eventfd"))?;
+        faults
+            .start(
+                "cxl-fault",
+                &memory.uffd,
+                Arc::downgrade(&memory),
+                FAULT_THREADS,
+            )
+            .map_err(os("spawn fault thread"))?;
+        Ok(Arc::new(Expander { memory, faults }))
     }
 }
 
-impl Shared {
+impl CachedMedia {
     /// Start of the DPA space in this process: what the VMM maps as a memslot.
     pub fn host_addr(&self) -> u64 {
         self.map.addr()
@@ -280,12 +247,12 @@ impl Shared {
 
     /// Cache counters (see the module doc for what the guest path counts).
     pub fn stats(&self) -> CacheStats {
-        lock(&self.model).stats()
+        self.model.locked().stats()
     }
 
     /// Counters beyond the cache model's.
     pub fn counters(&self) -> ExpanderCounters {
-        let m = lock(&self.model);
+        let m = self.model.locked();
         ExpanderCounters {
             wp_faults: self.wp_faults.load(Ordering::Relaxed),
             raced_evictions: self.raced_evictions.load(Ordering::Relaxed),
@@ -297,7 +264,7 @@ impl Shared {
 
     /// The cache geometry: (sets, ways).
     pub fn geometry(&self) -> (u64, usize) {
-        let m = lock(&self.model);
+        let m = self.model.locked();
         (m.sets(), m.ways())
     }
 
@@ -306,9 +273,9 @@ impl Shared {
     }
 
     fn set_lock(&self, block: u64) -> MutexGuard<'_, ()> {
-        let set = lock(&self.model).set_of(block) as usize;
+        let set = self.model.locked().set_of(block) as usize;
         // `set_of` is below the number of sets, which is the length of `set_locks`.
-        lock(&self.set_locks[set % self.set_locks.len()])
+        self.set_locks[set % self.set_locks.len()].locked()
     }
 
     fn reconfig_shared(&self) -> RwLockReadGuard<'_, ()> {
@@ -318,383 +285,67 @@ impl Shared {
     fn tee_read(&self) -> RwLockReadGuard<'_, RangeTable> {
         self.tee.read_locked()
     }
+}
 
-    /// A block becomes dirty: if a clean shutdown was recorded, the run is
-    /// live again on media first.
-    fn note_dirty(&self) -> Result<(), ExpanderError> {
-        if self.clean.load(Ordering::Acquire) {
-            self.media.mark_running()?;
-            self.clean.store(false, Ordering::Release);
-        }
-        Ok(())
+/// The owners' view: every operation is the cached media's; the handle only adds the fault
+/// threads' lifetime.
+impl Expander {
+    /// Start of the DPA space in this process: what the VMM maps as a memslot.
+    pub fn host_addr(&self) -> u64 {
+        self.memory.host_addr()
     }
 
-    /// Writes a resident block to media without dropping it: protect it
-    /// first (later writes fault and wait for our set lock), copy it out,
-    /// encrypt if keyed. Caller holds the set lock; the model is unchanged.
-    fn write_back_locked(
-        &self,
-        block: u64,
-        tee: &RangeTable,
-        buf: &mut Page,
-    ) -> Result<(), ExpanderError> {
-        let addr = self.addr(block);
-        self.uffd
-            .write_protect(addr, BLOCK, true)
-            .map_err(os("write-protect block"))?;
-        // SAFETY: the block is resident (set lock held), so `addr` is a
-        // present page of our mapping; the guest cannot write it now.
-        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), PAGE) };
-        tee.encrypt_block(block, buf);
-        let r = self.media.write_block(block, buf);
-        wipe(&mut buf[..]);
-        if let Err(e) = r {
-            self.media_errors.fetch_add(1, Ordering::Relaxed);
-            // Still dirty, so writable again (a dirty block is never
-            // protected); should this fail too, the media is failing anyway.
-            let _ = self.uffd.write_protect(addr, BLOCK, false);
-            return Err(e.into());
-        }
-        Ok(())
+    /// DPA space size in bytes.
+    pub fn size(&self) -> u64 {
+        self.memory.size()
     }
 
-    /// Drops a resident block from the mapping (after any write-back).
-    fn discard_locked(&self, block: u64) {
-        // SAFETY: one page of our mapping; the next touch faults to us again.
-        unsafe { libc::madvise(self.addr(block) as *mut _, PAGE, libc::MADV_DONTNEED) };
+    /// Dirty shutdowns recorded on the media (GET_HEALTH_INFO reports it).
+    pub fn dirty_shutdown_count(&self) -> u32 {
+        self.memory.dirty_shutdown_count()
     }
 
-    /// Brings a non-resident block in, evicting its set's LRU block if the
-    /// set is full. `write` installs it writable and dirty. Caller holds the
-    /// set lock and the reconfiguration lock shared.
-    fn fill_locked(
-        &self,
-        block: u64,
-        write: bool,
-        tee: &RangeTable,
-        buf: &mut Page,
-        vbuf: &mut Page,
-    ) -> Result<(), ExpanderError> {
-        if write {
-            self.note_dirty()?;
-        }
-        if let Err(e) = self.media.read_block(block, buf) {
-            self.media_errors.fetch_add(1, Ordering::Relaxed);
-            return Err(e.into());
-        }
-        // An all-zero media block was never written: it reads as zeros
-        // whether or not the range is keyed.
-        if !is_zero(buf) {
-            tee.decrypt_block(block, buf);
-        }
-        let victim = lock(&self.model).peek_victim(block);
-        if let Some((v, dirty)) = victim {
-            if dirty {
-                if let Err(e) = self.write_back_locked(v, tee, vbuf) {
-                    wipe(&mut buf[..]);
-                    return Err(e);
-                }
-            }
-            self.discard_locked(v);
-        }
-        lock(&self.model).access(block, write);
-        let r = self.install(self.addr(block), buf, !write);
-        wipe(&mut buf[..]);
-        if r.is_err() {
-            // Not present, so not resident: keep the model true to the mapping.
-            lock(&self.model).remove(block);
-        }
-        r
+    /// Cache counters (see the module doc for what the guest path counts).
+    pub fn stats(&self) -> CacheStats {
+        self.memory.stats()
     }
 
-    fn install(&self, addr: u64, page: &Page, wp: bool) -> Result<(), ExpanderError> {
-        loop {
-            match self.uffd.copy(addr, page, wp) {
-                Ok(Install::Done) | Ok(Install::AlreadyThere) => return Ok(()),
-                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => continue,
-                Err(e) => {
-                    return Err(ExpanderError::Os {
-                        what: "install block",
-                        source: e,
-                    })
-                }
-            }
-        }
+    /// Counters beyond the cache model's.
+    pub fn counters(&self) -> ExpanderCounters {
+        self.memory.counters()
     }
 
-    /// Serves one guest (or host-thread) fault on the DPA space.
-    fn handle(&self, f: Fault, buf: &mut Page, vbuf: &mut Page) {
-        let base = self.host_addr();
-        if f.address < base || f.address >= base + self.size {
-            return;
-        }
-        let block = (f.address - base) / BLOCK;
-        let _cfg = self.reconfig_shared();
-        let _set = self.set_lock(block);
-        let resident = lock(&self.model).lookup(block);
-        let r = match resident {
-            Some(_) if f.wp || f.write => {
-                // First write to a clean block (or a stale write fault).
-                self.wp_faults.fetch_add(1, Ordering::Relaxed);
-                // Dirty before the unprotect wakes the writer; if the
-                // unprotect fails the old bit comes back, so a dirty block
-                // is never write-protected (the host path's writes rely on it).
-                self.note_dirty().and_then(|()| {
-                    let was = lock(&self.model).swap_dirty(block, true);
-                    self.uffd
-                        .write_protect(f.address, BLOCK, false)
-                        .map_err(|e| {
-                            if let Some(was) = was {
-                                lock(&self.model).swap_dirty(block, was);
-                            }
-                            ExpanderError::Os {
-                                what: "unprotect block",
-                                source: e,
-                            }
-                        })
-                })
-            }
-            // Another fault installed it meanwhile.
-            Some(_) => self.uffd.wake(f.address, BLOCK).map_err(os("wake")),
-            None => {
-                if f.wp {
-                    self.raced_evictions.fetch_add(1, Ordering::Relaxed);
-                }
-                let tee = self.tee_read();
-                self.fill_locked(block, f.write || f.wp, &tee, buf, vbuf)
-            }
-        };
-        if let Err(e) = r {
-            log::error!("cxl: fault on DPA {:#x}: {e}", block * BLOCK);
-            // Let the access retry rather than hang.
-            let _ = self.uffd.wake(f.address, BLOCK);
-        }
+    /// The cache geometry: (sets, ways).
+    pub fn geometry(&self) -> (u64, usize) {
+        self.memory.geometry()
     }
 
-    fn check(&self, off: u64, len: u64) -> Result<(), ExpanderError> {
-        match off.checked_add(len) {
-            Some(e) if e <= self.size => Ok(()),
-            _ => Err(ExpanderError::OutOfRange {
-                off,
-                len,
-                end: self.size,
-            }),
-        }
-    }
-
-    /// Makes `block` resident and usable from this thread, counted as one
-    /// cache access, and runs `f` on its page. Caller holds the
-    /// reconfiguration lock shared.
-    fn host_access(
-        &self,
-        block: u64,
-        write: bool,
-        tee: &RangeTable,
-        bufs: &mut Option<Box<[Page; 2]>>,
-        f: impl FnOnce(*mut u8),
-    ) -> Result<(), ExpanderError> {
-        let _set = self.set_lock(block);
-        let resident = lock(&self.model).lookup(block);
-        match resident {
-            Some(dirty) => {
-                if write && !dirty {
-                    // Unprotect before touching it: a write fault here would
-                    // wait for the set lock this thread holds.
-                    self.note_dirty()?;
-                    self.uffd
-                        .write_protect(self.addr(block), BLOCK, false)
-                        .map_err(os("unprotect block"))?;
-                }
-                lock(&self.model).access(block, write);
-            }
-            None => {
-                // Buffers only for misses: hits stay allocation-free.
-                let [buf, vbuf] = &mut **bufs.get_or_insert_with(|| Box::new([[0u8; PAGE]; 2]));
-                self.fill_locked(block, write, tee, buf, vbuf)?;
-            }
-        }
-        f(self.addr(block) as *mut u8);
-        Ok(())
-    }
-
-    /// Reads DPA bytes through the cache (host path, counted).
+    /// Host-path read of `out.len()` bytes at `dpa`, through the cache (counted).
     pub fn read(&self, dpa: u64, out: &mut [u8]) -> Result<(), ExpanderError> {
-        self.check(dpa, out.len() as u64)?;
-        let _cfg = self.reconfig_shared();
-        let tee = self.tee_read();
-        let mut bufs = None;
-        let mut done = 0usize;
-        while done < out.len() {
-            let at = dpa + done as u64;
-            let in_block = (at % BLOCK) as usize;
-            let n = (PAGE - in_block).min(out.len() - done);
-            let dst = &mut out[done..done + n];
-            self.host_access(at / BLOCK, false, &tee, &mut bufs, |page| {
-                // SAFETY: `page` is a present page of our mapping (resident,
-                // set lock held) and `in_block + n <= PAGE`.
-                unsafe { std::ptr::copy_nonoverlapping(page.add(in_block), dst.as_mut_ptr(), n) }
-            })?;
-            done += n;
-        }
-        Ok(())
+        self.memory.read(dpa, out)
     }
 
-    /// Writes DPA bytes through the cache (host path, counted). Durable only
-    /// after [`Shared::persist`] or [`Shared::flush`].
+    /// Host-path write of `data` at `dpa`, through the cache (counted; marks blocks dirty).
     pub fn write(&self, dpa: u64, data: &[u8]) -> Result<(), ExpanderError> {
-        self.check(dpa, data.len() as u64)?;
-        let _cfg = self.reconfig_shared();
-        let tee = self.tee_read();
-        let mut bufs = None;
-        let mut done = 0usize;
-        while done < data.len() {
-            let at = dpa + done as u64;
-            let in_block = (at % BLOCK) as usize;
-            let n = (PAGE - in_block).min(data.len() - done);
-            let src = &data[done..done + n];
-            self.host_access(at / BLOCK, true, &tee, &mut bufs, |page| {
-                // SAFETY: `page` is a present, writable page of our mapping
-                // (resident and unprotected, set lock held); `in_block + n <= PAGE`.
-                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), page.add(in_block), n) }
-            })?;
-            done += n;
-        }
-        Ok(())
+        self.memory.write(dpa, data)
     }
 
-    /// Writes back one set's dirty blocks that `pick` selects; they stay
-    /// resident, clean. Caller holds the reconfiguration lock.
-    fn write_back_set(
-        &self,
-        set: u64,
-        tee: &RangeTable,
-        buf: &mut Page,
-        pick: impl Fn(u64) -> bool,
-    ) -> Result<(), ExpanderError> {
-        let Some(l) = self.set_locks.get(set as usize) else {
-            return Ok(());
-        };
-        let _set = lock(l);
-        let lines = lock(&self.model).set_lines(set);
-        let mut first_err = None;
-        for (b, dirty) in lines {
-            if !dirty || !pick(b) {
-                continue;
-            }
-            match self.write_back_locked(b, tee, buf) {
-                Ok(()) => {
-                    lock(&self.model).clean(b);
-                }
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        first_err.map_or(Ok(()), Err)
-    }
-
-    /// Makes every earlier write inside `[dpa, dpa+len)` durable: writes
-    /// back the covered dirty blocks, then `fdatasync`s the media.
+    /// Writes the dirty blocks covering `[dpa, dpa + len)` back to media and syncs it.
     pub fn persist(&self, dpa: u64, len: u64) -> Result<(), ExpanderError> {
-        self.check(dpa, len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        let first = dpa / BLOCK;
-        let last = (dpa + len - 1) / BLOCK;
-        let _cfg = self.reconfig_shared();
-        let tee = self.tee_read();
-        let mut buf = Box::new([0u8; PAGE]);
-        let (sets, capacity) = {
-            let m = lock(&self.model);
-            (m.sets(), m.capacity())
-        };
-        if last - first + 1 > capacity {
-            for set in 0..sets {
-                self.write_back_set(set, &tee, &mut buf, |b| (first..=last).contains(&b))?;
-            }
-        } else {
-            for b in first..=last {
-                let _set = self.set_lock(b);
-                if lock(&self.model).lookup(b) == Some(true) {
-                    self.write_back_locked(b, &tee, &mut buf)?;
-                    lock(&self.model).clean(b);
-                }
-            }
-        }
-        Ok(self.media.sync()?)
+        self.memory.persist(dpa, len)
     }
 
-    /// GPF: writes back every dirty block (each stays cached, now clean and
-    /// write-protected) and `fdatasync`s the media.
+    /// Writes every dirty block back and syncs the media (GPF).
     pub fn flush(&self) -> Result<(), ExpanderError> {
-        let _cfg = self.reconfig_shared();
-        self.flush_locked()
+        self.memory.flush()
     }
 
-    /// [`Shared::flush`] for a caller that holds the reconfiguration lock.
-    fn flush_locked(&self) -> Result<(), ExpanderError> {
-        let tee = self.tee_read();
-        let mut buf = Box::new([0u8; PAGE]);
-        let sets = lock(&self.model).sets();
-        let mut first_err = None;
-        for set in 0..sets {
-            if let Err(e) = self.write_back_set(set, &tee, &mut buf, |_| true) {
-                first_err.get_or_insert(e);
-            }
-        }
-        first_err.map_or(Ok(()), Err)?;
-        Ok(self.media.sync()?)
-    }
-
-    /// Flushes and records a clean shutdown on the media (idempotent). Only
-    /// this clears the media's "running" mark: dropping the expander
-    /// without it counts as a dirty shutdown at the next open.
+    /// Flushes and records a clean shutdown on the media.
     pub fn shutdown(&self) -> Result<(), ExpanderError> {
-        // Exclusive: no block can be dirtied between the flush and the
-        // clean mark; one dirtied after it finds `clean` set and undoes it.
-        let _cfg = self.reconfig.write_locked();
-        self.flush_locked()?;
-        self.media.mark_clean()?;
-        self.clean.store(true, Ordering::Release);
-        Ok(())
+        self.memory.shutdown()
     }
 
-    /// Writes back and drops every cached block of `[start, end)`. Caller
-    /// holds the reconfiguration lock exclusively.
-    fn drain_locked(&self, start: u64, end: u64, tee: &RangeTable) -> Result<(), ExpanderError> {
-        let range = start / BLOCK..end.div_ceil(BLOCK);
-        let mut buf = Box::new([0u8; PAGE]);
-        let sets = lock(&self.model).sets();
-        for set in 0..sets {
-            let Some(l) = self.set_locks.get(set as usize) else {
-                continue;
-            };
-            let _set = lock(l);
-            let lines = lock(&self.model).set_lines(set);
-            for (b, dirty) in lines {
-                if !range.contains(&b) {
-                    continue;
-                }
-                if dirty {
-                    self.write_back_locked(b, tee, &mut buf)?;
-                    lock(&self.model).clean(b);
-                }
-                self.discard_locked(b);
-                lock(&self.model).remove(b);
-            }
-        }
-        Ok(self.media.sync()?)
-    }
-
-    /// Keys DPA `[dpa_start, dpa_end)` (4 KiB aligned, exclusive end) as
-    /// range `id`; a 32-byte key selects XTS-AES-128, a 64-byte key
-    /// XTS-AES-256 (one algorithm at a time, see [`crate::tee`]). The
-    /// range's cached blocks are written back (as they were) and dropped
-    /// first, so every later fill decrypts and every later write-back
-    /// encrypts. Media already in the range is taken as ciphertext under
-    /// this key: programming the key a range was written with makes it read
-    /// as plaintext again.
+    /// Programs TEE range `id` over DPA `[dpa_start, dpa_end)` with `key`.
     pub fn set_range_key(
         &self,
         id: u16,
@@ -702,110 +353,45 @@ impl Shared {
         dpa_end: u64,
         key: &[u8],
     ) -> Result<(), ExpanderError> {
-        let _cfg = self.reconfig.write_locked();
-        {
-            let tee = self.tee_read();
-            tee.check(id, dpa_start, dpa_end)?;
-            self.drain_locked(dpa_start, dpa_end, &tee)?;
-        }
-        self.tee.write_locked().set(id, dpa_start, dpa_end, key)?;
-        Ok(())
+        self.memory.set_range_key(id, dpa_start, dpa_end, key)
     }
 
-    /// The `[start, end)` DPA range keyed as `id`, if any (never the key).
+    /// The DPA range of TEE range `id`, if it is programmed.
     pub fn range_key(&self, id: u16) -> Option<(u64, u64)> {
-        self.tee_read().range_of(id)
+        self.memory.range_key(id)
     }
 
-    /// Clears range `id`: its cached blocks are written back (encrypted)
-    /// and dropped, then its key is wiped. From then on its blocks are
-    /// filled without decryption: the range reads as its ciphertext.
+    /// Clears TEE range `id` (its cached blocks written back and dropped, its key wiped).
     pub fn clear_range_key(&self, id: u16) -> Result<(), ExpanderError> {
-        let _cfg = self.reconfig.write_locked();
-        let (start, end) = {
-            let tee = self.tee_read();
-            let (s, e) = tee.range_of(id).ok_or(TeeError::NoSuchId(id))?;
-            self.drain_locked(s, e, &tee)?;
-            (s, e)
-        };
-        let cleared = self.tee.write_locked().clear(id)?;
-        debug_assert_eq!(cleared, (start, end));
-        Ok(())
+        self.memory.clear_range_key(id)
     }
 }
 
 impl Drop for Expander {
     fn drop(&mut self) {
         // No flush and no clean mark here: a drop without `shutdown` is a
-        // dirty shutdown, as a VMM crash would be.
-        self.stop_threads();
+        // dirty shutdown, as a VMM crash would be. Joining the threads first drops any
+        // reference they hold, so the memory (and the media file) goes with this drop.
+        self.faults.stop();
     }
 }
 
-/// How long a fault thread polls for the next fault before sleeping.
-const SPIN_AFTER_FAULT: Duration = Duration::from_micros(20);
+impl FaultHandler for CachedMedia {
+    /// A block buffer for the fill and one for a victim's write-back.
+    type Scratch = (Box<Page>, Box<Page>);
 
-/// Fault thread: waits on the uffd (EPOLLEXCLUSIVE, so one fault wakes one
-/// thread) and on the stop eventfd; serves faults while the expander lives.
-fn serve(exp: &Shared, stop: &EventFd) {
-    let uffd = &*exp.uffd;
-    use std::os::fd::AsRawFd;
-    use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
-    const FAULT: u64 = 0;
-    const STOP: u64 = 1;
-    let setup = || -> io::Result<Epoll> {
-        let ep = Epoll::new()?;
-        ep.ctl(
-            ControlOperation::Add,
-            uffd.as_raw_fd(),
-            EpollEvent::new(EventSet::IN | EventSet::EXCLUSIVE, FAULT),
-        )?;
-        ep.ctl(
-            ControlOperation::Add,
-            stop.as_raw_fd(),
-            EpollEvent::new(EventSet::IN, STOP),
-        )?;
-        Ok(ep)
-    };
-    let epoll = match setup() {
-        Ok(ep) => ep,
-        Err(e) => {
-            log::error!("cxl: fault thread epoll: {e}");
-            return;
-        }
-    };
-    let mut events = [EpollEvent::default(); 2];
-    let mut buf = Box::new([0u8; PAGE]);
-    let mut vbuf = Box::new([0u8; PAGE]);
-    loop {
-        let n = match epoll.wait(-1, &mut events) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                log::error!("cxl: fault thread wait: {e}");
-                return;
-            }
-        };
-        if events.iter().take(n).any(|e| e.data() == STOP) {
-            return;
-        }
-        let mut idle = std::time::Instant::now();
-        loop {
-            match uffd.read_fault() {
-                Ok(Some(f)) => {
-                    exp.handle(f, &mut buf, &mut vbuf);
-                    idle = std::time::Instant::now();
-                }
-                Ok(None) if idle.elapsed() < SPIN_AFTER_FAULT => std::hint::spin_loop(),
-                Ok(None) => break,
-                Err(e) => {
-                    log::error!("cxl: read uffd: {e}");
-                    break;
-                }
-            }
-        }
+    fn scratch(&self) -> Self::Scratch {
+        (Box::new([0u8; PAGE]), Box::new([0u8; PAGE]))
+    }
+
+    fn handle(&self, fault: Fault, (buf, vbuf): &mut Self::Scratch) {
+        self.serve_fault(fault, buf, vbuf);
     }
 }
+
+mod fault;
+mod host;
+mod keys;
 
 #[cfg(test)]
 mod tests;

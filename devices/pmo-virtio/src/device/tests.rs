@@ -921,6 +921,7 @@ fn pending_events(s: &PmoService) -> Vec<(u32, u64, u64)> {
 /// Serves a vCPU's access to window page `wpage` (a real touch of a refused
 /// page would be SIGSEGV on a host thread; in a VM KVM returns EFAULT).
 fn touch(s: &PmoService, off: u64, page: u64, write: bool) {
+    use crate::pager::FaultHandler;
     let mut buf = Box::new([0u8; PAGE]);
     s.pager().handle(
         crate::pager::Fault {

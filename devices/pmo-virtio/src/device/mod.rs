@@ -1,0 +1,336 @@
+//! The virtio-pmo device: the control queue in front of the PMO service.
+//!
+//! The service owns the store, the pager (window) and the attach sessions.
+//! Requests are parsed by [`crate::proto`]; every failure becomes a status
+//! code for the guest. The device never trusts a handle, offset or length
+//! from the guest: handles are looked up, window slices come from the pager.
+//!
+//! Files: this one holds the virtio device (queues, config space, activation) and opens the
+//! store; `service.rs` executes the requests.
+
+use locked::Locked;
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use virtio_devices::{
+    drain_queue, read_config_bytes, ActivateContext, ActivateError, DeviceMemory, InterruptKind,
+    QueueHandler, QueueWorker, VirtioDevice, VirtioInterrupt, VIRTIO_F_VERSION_1,
+};
+use virtio_queue::{Queue, QueueT};
+use vm_memory::GuestMemoryMmap;
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use crate::pager::{Detected, FillError, PageSource, Pager, PagerError, SliceStats, HIST_BUCKETS};
+use crate::proto::{self, Request, Status};
+use crate::source::SessionSource;
+use pmo_store::crypto::{UserKey, PAGE};
+use pmo_store::medium::{FileMedium, KillInPsync, Medium};
+use pmo_store::{Design, Perm, Store, StoreError, StoreOptions};
+
+const QUEUE_SIZE: u16 = 128;
+const CONTROL_QUEUE: u16 = 0;
+const EVENT_QUEUE: u16 = 1;
+/// Internal wakeup of the queue thread: events waiting for the event queue.
+const EVENT_KICK: u16 = 2;
+
+/// Errors bringing the PMO device up.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error("PMO store {path}: {source}")]
+    Medium {
+        path: PathBuf,
+        source: pmo_store::medium::MediumError,
+    },
+    #[error("PMO store {path}: {source}")]
+    Store { path: PathBuf, source: StoreError },
+    #[error("PMO window: {0}")]
+    Pager(#[from] PagerError),
+    #[error("unknown PMO design {0:?}")]
+    Design(String),
+    #[error("PMO predictor: {0}")]
+    Predictor(#[from] pmo_policies::PolicyError),
+    #[error("eventfd: {0}")]
+    EventFd(std::io::Error),
+}
+
+/// How to build the device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PmoDeviceConfig {
+    pub store: PathBuf,
+    /// Size to create the store with when the file does not exist.
+    pub store_size: Option<u64>,
+    /// Design for attaches (None: each PMO's own).
+    pub design: Option<String>,
+    pub window_size: u64,
+    pub fault_threads: usize,
+    /// Test hook: kill the process at this persist point of every psync.
+    pub test_kill_in_psync: Option<u64>,
+    /// Predictor spec for every attachment (`stream:4`, `stride`, `markov`, ...).
+    pub predictor: Option<String>,
+    /// The store's rollback anchor and the Argon2id cost of PMOs the guest creates (both
+    /// always), and how a missing store is formatted (slots; ignored when the file exists).
+    /// Tests and fuzz targets format small stores, which create and open in microseconds.
+    pub store_options: StoreOptions,
+}
+
+/// The store file, possibly behind the psync kill hook.
+type KillHook = Option<Arc<KillInPsync<FileMedium>>>;
+
+/// Opens the store file, creating and formatting it if missing.
+pub fn open_store(path: &Path, size: Option<u64>) -> Result<Store, DeviceError> {
+    open_store_with(path, size, StoreOptions::default(), None).map(|(s, _)| s)
+}
+
+fn open_store_with(
+    path: &Path,
+    size: Option<u64>,
+    opts: StoreOptions,
+    kill_at: Option<u64>,
+) -> Result<(Store, KillHook), DeviceError> {
+    let medium_err = |source| DeviceError::Medium {
+        path: path.to_owned(),
+        source,
+    };
+    let store_err = |source| DeviceError::Store {
+        path: path.to_owned(),
+        source,
+    };
+    let (file, fresh) = FileMedium::open_or_create(path, size).map_err(medium_err)?;
+    let (m, hook): (Arc<dyn Medium>, KillHook) = match kill_at {
+        Some(n) => {
+            let k = Arc::new(KillInPsync::new(file, n));
+            (k.clone(), Some(k))
+        }
+        None => (Arc::new(file), None),
+    };
+    let store = match Store::open_or_format(m, fresh, opts) {
+        Ok((store, Some(report))) => {
+            log::info!("PMO store {}: {report:?}", path.display());
+            store
+        }
+        Ok((store, None)) => store,
+        Err(e) => {
+            if fresh {
+                // Leave nothing behind that a later run would take for a damaged store.
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(store_err(e));
+        }
+    };
+    Ok((store, hook))
+}
+
+/// Device configuration space (docs/virtio-pmo.md).
+fn config_bytes(window_size: u64) -> Vec<u8> {
+    proto::DeviceConfig {
+        version: u32::from(proto::VERSION),
+        page_size: PAGE as u32,
+        window_size,
+        max_name_len: proto::MAX_NAME_LEN as u32,
+        max_key_len: proto::KEY_FIELD as u32,
+        max_pmo_size: pmo_store::MAX_PMO_SIZE,
+    }
+    .encode()
+    .to_vec()
+}
+
+/// The virtio device in front of a [`PmoService`].
+pub struct PmoDevice {
+    service: Arc<PmoService>,
+    config: Vec<u8>,
+    worker: Option<QueueWorker>,
+}
+
+impl PmoDevice {
+    pub fn new(cfg: &PmoDeviceConfig) -> Result<Self, DeviceError> {
+        let service = PmoService::new(cfg)?;
+        Ok(PmoDevice {
+            config: config_bytes(service.pager().size()),
+            service,
+            worker: None,
+        })
+    }
+
+    pub fn service(&self) -> &Arc<PmoService> {
+        &self.service
+    }
+}
+
+impl VirtioDevice for PmoDevice {
+    fn device_type(&self) -> u32 {
+        proto::VIRTIO_ID_PMO
+    }
+
+    fn queue_max_sizes(&self) -> &[u16] {
+        &[QUEUE_SIZE, QUEUE_SIZE]
+    }
+
+    fn features(&self) -> u64 {
+        VIRTIO_F_VERSION_1
+    }
+
+    fn ack_features(&mut self, _features: u64) {}
+
+    fn read_config(&self, offset: u64, data: &mut [u8]) {
+        read_config_bytes(&self.config, offset, data);
+    }
+
+    fn write_config(&mut self, offset: u64, _data: &[u8]) {
+        log::warn!("virtio-pmo: guest wrote read-only config at {offset:#x}");
+    }
+
+    fn activate(&mut self, ctx: ActivateContext) -> Result<(), ActivateError> {
+        if ctx.queues.len() != 2 {
+            return Err(ActivateError::QueueCount {
+                expected: 2,
+                got: ctx.queues.len(),
+            });
+        }
+        let mut notifies = Vec::new();
+        let mut queues = Vec::new();
+        for q in ctx.queues {
+            notifies.push((q.index, q.notify));
+            queues.push(q.queue);
+        }
+        if let Ok(kick) = self.service.events.kick.try_clone() {
+            notifies.push((EVENT_KICK, kick));
+        }
+        let mut it = queues.into_iter();
+        let (Some(control), Some(event)) = (it.next(), it.next()) else {
+            return Err(ActivateError::QueueCount {
+                expected: 2,
+                got: 0,
+            });
+        };
+        let handler = Handler {
+            mem: ctx.mem,
+            control,
+            event,
+            interrupt: ctx.interrupt,
+            service: self.service.clone(),
+        };
+        self.worker = Some(QueueWorker::spawn("virtio-pmo", notifies, handler)?);
+        Ok(())
+    }
+
+    fn reset(&mut self) {
+        self.worker = None;
+        self.service.detach_all();
+    }
+
+    fn shared_memory(&self) -> Vec<DeviceMemory> {
+        vec![DeviceMemory {
+            host_addr: self.service.pager().host_addr(),
+            len: self.service.pager().size(),
+        }]
+    }
+}
+
+struct Handler {
+    mem: GuestMemoryMmap,
+    control: Queue,
+    event: Queue,
+    interrupt: Arc<dyn VirtioInterrupt>,
+    service: Arc<PmoService>,
+}
+
+/// Reads the request part of a chain and writes the response part; returns
+/// the bytes written. Public (hidden) so the descriptor-chain fuzz target
+/// drives exactly what the control queue runs.
+#[doc(hidden)]
+pub fn serve_request(
+    service: &PmoService,
+    chain: virtio_queue::DescriptorChain<&GuestMemoryMmap>,
+) -> u32 {
+    let mem = chain.memory();
+    let (Ok(mut reader), Ok(mut writer)) = (chain.clone().reader(mem), chain.clone().writer(mem))
+    else {
+        log::warn!("virtio-pmo: malformed descriptor chain");
+        return 0;
+    };
+    let n = reader.available_bytes().min(proto::MAX_REQUEST_LEN);
+    let mut req = zeroize::Zeroizing::new(vec![0u8; n]);
+    let (status, payload) = match std::io::Read::read_exact(&mut reader, &mut req) {
+        Err(_) => (Status::Proto, Vec::new()),
+        Ok(()) => match proto::parse(&req) {
+            Ok(r) => {
+                log::debug!("virtio-pmo: {}", r.op_name());
+                service.execute(r)
+            }
+            Err(s) => (s, Vec::new()),
+        },
+    };
+    let resp = proto::response(status, &payload);
+    let room = writer.available_bytes();
+    let out = &resp[..resp.len().min(room)];
+    match std::io::Write::write_all(&mut writer, out) {
+        Ok(()) => out.len() as u32,
+        Err(_) => 0,
+    }
+}
+
+impl Handler {
+    fn process_control(&mut self) {
+        let service = &self.service;
+        if let Err(e) = drain_queue(
+            &mut self.control,
+            &self.mem,
+            &*self.interrupt,
+            CONTROL_QUEUE,
+            |c| serve_request(service, c),
+        ) {
+            log::error!("virtio-pmo: control queue broken: {e}");
+        }
+    }
+
+    fn process_events(&mut self) {
+        let mem = self.mem.clone();
+        let mut used = false;
+        loop {
+            let next = self.service.events.pending.locked().front().copied();
+            let Some((kind, handle, page)) = next else {
+                break;
+            };
+            let Some(chain) = self.event.pop_descriptor_chain(&mem) else {
+                // No buffer: keep the event until the driver adds one.
+                break;
+            };
+            let head = chain.head_index();
+            let ev = proto::Event { kind, handle, page }.encode();
+            let written = match chain.clone().writer(&mem) {
+                Ok(mut w) if w.available_bytes() >= ev.len() => {
+                    std::io::Write::write_all(&mut w, &ev).map_or(0, |_| ev.len() as u32)
+                }
+                _ => 0,
+            };
+            if self.event.add_used(&mem, head, written).is_err() {
+                return;
+            }
+            self.service.events.pending.locked().pop_front();
+            used = true;
+        }
+        if used && self.event.needs_notification(&mem).unwrap_or(true) {
+            let _ = self.interrupt.trigger(InterruptKind::Queue(EVENT_QUEUE));
+        }
+    }
+}
+
+impl QueueHandler for Handler {
+    fn process_queue(&mut self, index: u16) {
+        match index {
+            CONTROL_QUEUE => self.process_control(),
+            EVENT_QUEUE | EVENT_KICK => self.process_events(),
+            _ => {}
+        }
+    }
+}
+
+mod service;
+
+pub use service::PmoService;
+
+#[cfg(test)]
+mod tests;

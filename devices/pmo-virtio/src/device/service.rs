@@ -1,0 +1,474 @@
+//! The PMO service: the store, the pager's window and the attachments the guest holds, and
+//! the execution of every control request against them (attach, detach, psync, stat, list,
+//! create, destroy, set-design). Every failure is a status for the guest.
+
+use super::*;
+
+/// A device attachment's page source: its store session, and whom to tell when a page of it
+/// fails.
+struct AttachmentSource {
+    session: SessionSource,
+    handle: u64,
+    events: Arc<EventSink>,
+    /// 0, or the status every later PSYNC and the DETACH of this attachment
+    /// answer: a page failed (see [`AttachmentSource::failure`]).
+    failed: AtomicU32,
+}
+
+impl AttachmentSource {
+    /// Why the attachment failed, if it did: a page of it was refused to an
+    /// access or found failing verification. From then on its PSYNCs persist
+    /// nothing (the PMO stays as of its last good psync) and its DETACH
+    /// reports the failure, so tampering never goes unnoticed.
+    fn failure(&self) -> Option<Status> {
+        match self.failed.load(Ordering::SeqCst) {
+            0 => None,
+            s if s == Status::Io as u32 => Some(Status::Io),
+            _ => Some(Status::BadMsg),
+        }
+    }
+}
+
+impl PageSource for AttachmentSource {
+    fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError> {
+        self.session.fill(page, out)
+    }
+
+    fn writable(&self) -> bool {
+        self.session.writable()
+    }
+
+    fn page_failed(&self, page: u64, error: &FillError, how: Detected) {
+        // An integrity failure outranks a medium error.
+        match error {
+            FillError::Integrity(_) => self.failed.store(Status::BadMsg as u32, Ordering::SeqCst),
+            FillError::Other { .. } => {
+                let _ = self.failed.compare_exchange(
+                    0,
+                    Status::Io as u32,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
+            }
+        }
+        let kind = match how {
+            Detected::OnAccess => proto::EVENT_PAGE_POISONED,
+            Detected::Ahead => proto::EVENT_PAGE_BAD,
+        };
+        self.events.post(kind, self.handle, page);
+    }
+}
+
+/// Events waiting for a buffer on the event queue: (type, handle, page).
+pub(super) struct EventSink {
+    pub(super) pending: Mutex<VecDeque<(u32, u64, u64)>>,
+    pub(super) kick: EventFd,
+}
+
+impl EventSink {
+    fn post(&self, kind: u32, handle: u64, page: u64) {
+        let mut q = self.pending.locked();
+        // Bounded: a flood of failures keeps only the most recent events
+        // (the attachments stay failed whatever the guest hears).
+        if q.len() >= 1024 {
+            q.pop_front();
+        }
+        q.push_back((kind, handle, page));
+        let _ = self.kick.write(1);
+    }
+}
+
+/// What a detach leaves behind.
+struct Detached {
+    /// The store finishing the session in the background.
+    pending: Option<pmo_store::DetachHandle>,
+    /// The session failed (see [`AttachmentSource::failure`]).
+    failure: Option<Status>,
+}
+
+pub(super) struct Attachment {
+    name: String,
+    perm: Perm,
+    source: Arc<AttachmentSource>,
+    offset: u64,
+    size: u64,
+    stats: Arc<SliceStats>,
+    psyncs: AtomicU64,
+    psync_pages: AtomicU64,
+    psync_ns: AtomicU64,
+}
+
+/// The PMO service: store, window and sessions.
+pub struct PmoService {
+    pub(super) store: Store,
+    pager: Arc<Pager>,
+    design: Mutex<Option<Design>>,
+    pub(super) attachments: Mutex<BTreeMap<u64, Arc<Attachment>>>,
+    pub(super) next_handle: AtomicU64,
+    pub(super) events: Arc<EventSink>,
+    kill_hook: KillHook,
+    predictor: Option<String>,
+    /// The PMO names and sizes LIST walks, as of a store catalog version: a guest listing
+    /// n PMOs one index at a time costs n lookups, not n sorted copies of the catalog.
+    list_snapshot: Mutex<Option<ListSnapshot>>,
+}
+
+/// PMO names and sizes in name order, and the catalog version they are of.
+struct ListSnapshot {
+    version: u64,
+    entries: Arc<Vec<(String, u64)>>,
+}
+
+fn store_status(e: &StoreError) -> Status {
+    match e {
+        StoreError::NotFound(_) => Status::NoEnt,
+        StoreError::Exists(_) => Status::Exist,
+        StoreError::Busy(_) => Status::Busy,
+        StoreError::WrongKey => Status::Access,
+        StoreError::NameTooLong(_) => Status::NameTooLong,
+        StoreError::InvalidName(_)
+        | StoreError::InvalidSize(_)
+        | StoreError::PageOutOfRange { .. } => Status::Inval,
+        StoreError::Integrity { .. } | StoreError::Corrupt { .. } => Status::BadMsg,
+        StoreError::ReadOnly => Status::Perm,
+        StoreError::TableFull | StoreError::Alloc(_) => Status::NoSpc,
+        _ => Status::Io,
+    }
+}
+
+impl PmoService {
+    pub fn new(cfg: &PmoDeviceConfig) -> Result<Arc<Self>, DeviceError> {
+        let design = match &cfg.design {
+            Some(d) => Some(Design::from_name(d).ok_or_else(|| DeviceError::Design(d.clone()))?),
+            None => None,
+        };
+        if let Some(spec) = &cfg.predictor {
+            // Checked once here so a bad spec is a startup error, not a silent no-op.
+            pmo_policies::predictor_from_name(spec)?;
+        }
+        let (store, kill_hook) = open_store_with(
+            &cfg.store,
+            cfg.store_size,
+            cfg.store_options.clone(),
+            cfg.test_kill_in_psync,
+        )?;
+        let pager = Pager::new(cfg.window_size, cfg.fault_threads)?;
+        Ok(Arc::new(PmoService {
+            store,
+            pager,
+            design: Mutex::new(design),
+            attachments: Mutex::new(BTreeMap::new()),
+            next_handle: AtomicU64::new(1),
+            events: Arc::new(EventSink {
+                pending: Mutex::new(VecDeque::new()),
+                kick: EventFd::new(EFD_NONBLOCK).map_err(DeviceError::EventFd)?,
+            }),
+            kill_hook,
+            predictor: cfg.predictor.clone(),
+            list_snapshot: Mutex::new(None),
+        }))
+    }
+
+    pub fn pager(&self) -> &Arc<Pager> {
+        &self.pager
+    }
+
+    fn attachment(&self, handle: u64) -> Result<Arc<Attachment>, Status> {
+        self.attachments
+            .locked()
+            .get(&handle)
+            .cloned()
+            .ok_or(Status::NoEnt)
+    }
+
+    /// Serves one validated request; returns the status and response payload.
+    pub fn execute(&self, req: Request) -> (Status, Vec<u8>) {
+        match self.execute_inner(req) {
+            Ok(payload) => (Status::Ok, payload),
+            Err(s) => (s, Vec::new()),
+        }
+    }
+
+    fn execute_inner(&self, req: Request) -> Result<Vec<u8>, Status> {
+        let key = |k: &proto::KeyBytes| UserKey::new(k).map_err(|_| Status::Inval);
+        match req {
+            Request::Create { name, size, key: k } => {
+                if size == 0 || !size.is_multiple_of(PAGE as u64) {
+                    return Err(Status::Inval);
+                }
+                self.store
+                    .create_pmo(&name, size, &key(&k)?)
+                    .map_err(|e| store_status(&e))?;
+                Ok(Vec::new())
+            }
+            Request::Destroy { name, key: k } => {
+                let attached = self.attachments.locked().values().any(|a| a.name == name);
+                if attached {
+                    return Err(Status::Busy);
+                }
+                self.store
+                    .destroy_pmo(&name, &key(&k)?)
+                    .map_err(|e| store_status(&e))?;
+                Ok(Vec::new())
+            }
+            Request::Attach { name, perm, key: k } => self.attach(&name, perm, &key(&k)?),
+            Request::Detach { handle } => match self.detach(handle)?.failure {
+                // Detached all the same; the status says the session went bad.
+                Some(st) => Err(st),
+                None => Ok(Vec::new()),
+            },
+            Request::Psync { handle } => self
+                .psync(handle)
+                .map(|pages_written| proto::PsyncResponse { pages_written }.encode().to_vec()),
+            Request::Stat { handle } => Ok(self.stat(handle)?),
+            Request::SetDesign { design } => {
+                let d = Design::from_name(&design).ok_or(Status::Inval)?;
+                *self.design.locked() = Some(d);
+                Ok(Vec::new())
+            }
+            Request::List { index } => self.list(index),
+        }
+    }
+
+    fn attach(&self, name: &str, perm: Perm, key: &UserKey) -> Result<Vec<u8>, Status> {
+        let design = *self.design.locked();
+        let session = self
+            .store
+            .attach_with(name, perm, key, design)
+            .map_err(|e| store_status(&e))?;
+        let npages = session.pages();
+        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        let source = Arc::new(AttachmentSource {
+            session: SessionSource::new(session, perm == Perm::Write),
+            handle,
+            events: self.events.clone(),
+            failed: AtomicU32::new(0),
+        });
+        let (offset, stats) = match self.pager.attach(source.clone(), npages) {
+            Ok(x) => x,
+            Err(e) => {
+                log::warn!("pmo: attach {name:?}: {e}");
+                // Dropping the session runs the store's crash handler: nothing changes.
+                drop(source.session.take());
+                return Err(Status::NoMem);
+            }
+        };
+        if let Some(spec) = &self.predictor {
+            match pmo_policies::predictor_from_name(spec) {
+                Ok(p) => {
+                    if let Err(e) = self.pager.set_predictor(offset, Some(p)) {
+                        log::warn!("pmo: predictor for {name:?}: {e}");
+                    }
+                }
+                Err(e) => log::warn!("pmo: predictor for {name:?}: {e}"),
+            }
+        }
+        let size = npages * PAGE as u64;
+        self.attachments.locked().insert(
+            handle,
+            Arc::new(Attachment {
+                name: name.to_string(),
+                perm,
+                source,
+                offset,
+                size,
+                stats,
+                psyncs: AtomicU64::new(0),
+                psync_pages: AtomicU64::new(0),
+                psync_ns: AtomicU64::new(0),
+            }),
+        );
+        Ok(proto::AttachResponse {
+            handle,
+            window_offset: offset,
+            size,
+        }
+        .encode()
+        .to_vec())
+    }
+
+    fn detach(&self, handle: u64) -> Result<Detached, Status> {
+        let a = self
+            .attachments
+            .locked()
+            .remove(&handle)
+            .ok_or(Status::NoEnt)?;
+        let s = &a.stats;
+        let est = s.estimate();
+        let pct = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{:.0}%", r * 100.0));
+        if s.pages_prefetched.load(Ordering::Relaxed) + s.triggers.load(Ordering::Relaxed) > 0 {
+            log::info!(
+                "pmo: detach {:?}: {} pages prefetched, {} triggers ({} used, {} wasted), {} late; estimated accuracy {}, coverage {}, timeliness {}",
+                a.name,
+                s.pages_prefetched.load(Ordering::Relaxed),
+                s.triggers.load(Ordering::Relaxed),
+                s.trigger_hits.load(Ordering::Relaxed),
+                s.trigger_wasted.load(Ordering::Relaxed),
+                s.prefetch_late.load(Ordering::Relaxed),
+                pct(est.accuracy),
+                pct(est.coverage),
+                pct(est.timeliness),
+            );
+        }
+        let failure = a.source.failure();
+        log::info!(
+            "pmo: detach {:?} ({}{}): {} faults ({} us total), {} pages decrypted, {} psyncs of {} pages ({} us), {} integrity failures",
+            a.name,
+            if a.perm == Perm::Write { "w" } else { "r" },
+            if failure.is_some() { ", failed" } else { "" },
+            s.faults.load(Ordering::Relaxed),
+            s.fault_ns_total.load(Ordering::Relaxed) / 1000,
+            s.pages_decrypted.load(Ordering::Relaxed),
+            a.psyncs.load(Ordering::Relaxed),
+            a.psync_pages.load(Ordering::Relaxed),
+            a.psync_ns.load(Ordering::Relaxed) / 1000,
+            s.integrity_failures.load(Ordering::Relaxed),
+        );
+        // Plaintext leaves the window first; then the session ends (in the background).
+        if let Err(e) = self.pager.detach(a.offset) {
+            log::error!("pmo: detach window slice: {e}");
+        }
+        let session = a.source.session.take();
+        // Nonblocking: the store finishes in the background and a later attach waits.
+        Ok(Detached {
+            pending: session.map(|s| s.detach()),
+            failure,
+        })
+    }
+
+    fn psync(&self, handle: u64) -> Result<u64, Status> {
+        let a = self.attachment(handle)?;
+        if a.perm != Perm::Write {
+            return Err(Status::Perm);
+        }
+        // A failed attachment persists nothing: its PMO stays as of its last good psync.
+        if let Some(st) = a.source.failure() {
+            return Err(st);
+        }
+        let start = Instant::now();
+        if let Some(k) = &self.kill_hook {
+            k.arm(true);
+        }
+        // Of this attachment only: once it is detached, its offset may
+        // already be a later attachment's.
+        let n = a
+            .source
+            .session
+            .with(|session| {
+                self.pager
+                    .collect_dirty_of(a.offset, &a.stats, |pages| {
+                        // Checked again at the last moment before anything is written.
+                        if let Some(st) = a.source.failure() {
+                            return Err(st);
+                        }
+                        session
+                            .psync(pages.iter().map(|(p, d)| (*p, &**d)))
+                            .map_err(|e| {
+                                log::error!("pmo: psync of {:?}: {e}", a.name);
+                                store_status(&e)
+                            })
+                    })
+                    .map_err(|_| Status::NoEnt)
+            })
+            .ok_or(Status::NoEnt)???;
+        if let Some(k) = &self.kill_hook {
+            k.arm(false);
+        }
+        a.psyncs.fetch_add(1, Ordering::Relaxed);
+        a.psync_pages.fetch_add(n, Ordering::Relaxed);
+        a.psync_ns
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    fn stat(&self, handle: u64) -> Result<Vec<u8>, Status> {
+        const _: () = assert!(HIST_BUCKETS == proto::HIST_BUCKETS);
+        let a = self.attachment(handle)?;
+        let s = &a.stats;
+        let load = |x: &AtomicU64| x.load(Ordering::Relaxed);
+        Ok(proto::StatResponse {
+            size: a.size,
+            faults: load(&s.faults),
+            fault_ns_total: load(&s.fault_ns_total),
+            pages_decrypted: load(&s.pages_decrypted),
+            pages_prefetched: load(&s.pages_prefetched),
+            psyncs: load(&a.psyncs),
+            psync_pages: load(&a.psync_pages),
+            psync_ns_total: load(&a.psync_ns),
+            integrity_failures: load(&s.integrity_failures),
+            fault_hist: std::array::from_fn(|i| load(&s.fault_hist[i])),
+            triggers: load(&s.triggers),
+            trigger_hits: load(&s.trigger_hits),
+            trigger_wasted: load(&s.trigger_wasted),
+            prefetch_late: load(&s.prefetch_late),
+            demand_unpredicted: load(&s.demand_unpredicted),
+        }
+        .encode()
+        .to_vec())
+    }
+
+    /// The catalog as LIST sees it: rebuilt only when a create or destroy changed it.
+    fn list_entries(&self) -> Arc<Vec<(String, u64)>> {
+        // Read the version first: a change racing the rebuild leaves a snapshot tagged older
+        // than its contents, which only costs one more rebuild.
+        let version = self.store.catalog_version();
+        let mut snap = self.list_snapshot.locked();
+        if let Some(s) = snap.as_ref().filter(|s| s.version == version) {
+            return s.entries.clone();
+        }
+        let entries: Arc<Vec<(String, u64)>> = Arc::new(
+            self.store
+                .list()
+                .into_iter()
+                .map(|i| (i.name, i.size))
+                .collect(),
+        );
+        *snap = Some(ListSnapshot {
+            version,
+            entries: entries.clone(),
+        });
+        entries
+    }
+
+    fn list(&self, index: u32) -> Result<Vec<u8>, Status> {
+        let list = self.list_entries();
+        let (name, size) = list.get(index as usize).ok_or(Status::NoEnt)?;
+        let attached = self
+            .attachments
+            .locked()
+            .values()
+            .filter(|a| a.name == *name)
+            .map(|a| match a.perm {
+                Perm::Write => proto::LIST_WRITER,
+                Perm::Read => proto::LIST_READERS,
+            })
+            .max()
+            .unwrap_or(proto::LIST_DETACHED);
+        Ok(proto::ListEntry {
+            name: name.clone(),
+            size: *size,
+            attached,
+            more: u32::from((index as usize + 1) < list.len()),
+        }
+        .encode()
+        .to_vec())
+    }
+
+    /// Detaches everything (driver reset, VMM shutdown) and waits until the
+    /// store finished. Unsynced changes are dropped: each PMO stays as of its
+    /// last psync.
+    pub fn detach_all(&self) {
+        let handles: Vec<u64> = self.attachments.locked().keys().copied().collect();
+        for h in handles {
+            if let Ok(Detached {
+                pending: Some(pending),
+                ..
+            }) = self.detach(h)
+            {
+                if let Err(e) = pending.wait() {
+                    log::warn!("pmo: detach: {e}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! What a slice counts: faults and their latency, pages filled and prefetched, integrity
+//! failures, and the prediction metrics the comparison reports.
+
+use super::*;
+
+/// Fault latency histogram buckets: bucket i counts faults of [2^i, 2^(i+1)) microseconds.
+pub const HIST_BUCKETS: usize = 16;
+
+/// Per-attachment counters, readable while the attachment runs.
+#[derive(Default)]
+pub struct SliceStats {
+    pub faults: AtomicU64,
+    pub fault_ns_total: AtomicU64,
+    pub pages_decrypted: AtomicU64,
+    pub pages_prefetched: AtomicU64,
+    pub integrity_failures: AtomicU64,
+    pub wp_faults: AtomicU64,
+    /// Demand faults on pages that were predicted but not yet installed (late prefetches).
+    pub prefetch_late: AtomicU64,
+    /// Pages decrypted and verified ahead of time but held back as triggers (see [`Pager::set_predictor`]).
+    pub triggers: AtomicU64,
+    /// Triggers the guest touched: predictions seen to be used, in time.
+    pub trigger_hits: AtomicU64,
+    /// Triggers never touched within the horizon, or left at detach: wasted predictions.
+    pub trigger_wasted: AtomicU64,
+    /// Demand faults on pages nobody predicted.
+    pub demand_unpredicted: AtomicU64,
+    pub fault_hist: [AtomicU64; HIST_BUCKETS],
+}
+
+/// Prediction quality of one attachment, as the paper defines it (seed 000
+/// §4.2), estimated from what the pager can observe: an installed page is
+/// used without a fault, so only triggers and late pages show use. Each
+/// ratio is `None` while it has no data.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PredictionEstimate {
+    /// Pre-populated pages later used / pre-populated pages (from the triggers, a sample).
+    pub accuracy: Option<f64>,
+    /// Used pages that were pre-populated / used pages.
+    pub coverage: Option<f64>,
+    /// Pre-populated pages ready before their first use / pre-populated pages used.
+    pub timeliness: Option<f64>,
+}
+
+impl SliceStats {
+    pub(super) fn record_fault(&self, ns: u64) {
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        self.fault_ns_total.fetch_add(ns, Ordering::Relaxed);
+        let us = (ns / 1000).max(1);
+        let bucket = (63 - us.leading_zeros() as usize).min(HIST_BUCKETS - 1);
+        self.fault_hist[bucket].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Estimates accuracy, coverage and timeliness from the counters: the
+    /// triggers' hit rate stands for the accuracy of every installed
+    /// prediction, and late pages are used predictions that were not ready.
+    pub fn estimate(&self) -> PredictionEstimate {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64;
+        let (hits, wasted) = (get(&self.trigger_hits), get(&self.trigger_wasted));
+        let late = get(&self.prefetch_late);
+        let accuracy = (hits + wasted > 0.0).then(|| hits / (hits + wasted));
+        let used = accuracy.unwrap_or(0.0) * get(&self.pages_prefetched) + hits + late;
+        let demand = get(&self.demand_unpredicted);
+        PredictionEstimate {
+            accuracy,
+            coverage: (used + demand > 0.0).then(|| used / (used + demand)),
+            timeliness: (used > 0.0).then(|| (used - late) / used),
+        }
+    }
+}
