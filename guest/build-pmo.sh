@@ -46,7 +46,7 @@ sum=$( (
     cat "$kdir/include/config/kernel.release" 2>/dev/null || true
     gcc --version | head -1
     musl-gcc --version | head -1
-    cd "$guest" && find build-pmo.sh driver libpmo tools bench -type f ! -name '.gitignore' -print0 |
+    cd "$guest" && find build-pmo.sh include driver libpmo tools bench -type f ! -name '.gitignore' -print0 |
         LC_ALL=C sort -z | xargs -0 sha256sum
 ) | sha256sum | cut -d' ' -f1)
 fresh=1
@@ -61,9 +61,9 @@ rm -f "$stamp"
 log "building pmo.ko against $kdir"
 build="$out/pmo-build"
 rm -rf "$build"
-mkdir -p "$build/driver" "$build/libpmo"
+mkdir -p "$build/driver" "$build/include/uapi"
 cp "$guest/driver/pmo.c" "$guest/driver/Kbuild" "$build/driver/"
-cp "$guest/libpmo/pmo_ioctl.h" "$build/libpmo/"
+cp "$guest"/include/uapi/*.h "$build/include/uapi/"
 make -s -C "$kdir" M="$build/driver" modules >"$build/kbuild.log" 2>&1 || {
     cat "$build/kbuild.log" >&2
     die "pmo.ko build failed"
@@ -85,7 +85,7 @@ cp "$guest/libpmo/pmo.h" "$out/pmo.h"
 log "building ${progs[*]}"
 mkdir -p "$out/pmo-bin"
 for p in "${progs[@]}"; do
-    musl-gcc -static -O2 -std=c11 -Wall -Wextra -Werror -I"$guest/libpmo" -isystem "$libbuild/uapi" \
+    musl-gcc -static -O2 -std=c11 -Wall -Wextra -Werror -I"$guest/libpmo" -I"$guest/include/uapi" -isystem "$libbuild/uapi" \
         "$guest/tools/$p.c" "$libbuild/libpmo.a" -pthread -o "$out/pmo-bin/$p.tmp" ||
         die "$p build failed"
     if readelf -l "$out/pmo-bin/$p.tmp" | grep -q INTERP; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the kernel's checkpatch.pl --strict on the guest driver.
+# Runs the kernel's checkpatch.pl --strict on the guest driver and its uapi headers.
 #
 # checkpatch.pl is not in Debian's headers packages; it ships in linux-source-6.1. We download
 # that package once (apt-get download, no install) and keep only checkpatch.pl and the two data
@@ -25,5 +25,6 @@ if [[ ! -x $tool ]]; then
 fi
 
 cd "$repo"
-"$tool" --strict --no-tree --terse -f guest/driver/pmo.c
-echo "checkpatch.sh: guest/driver/pmo.c is clean"
+files=(guest/driver/pmo.c guest/include/uapi/*.h)
+"$tool" --strict --no-tree --terse -f "${files[@]}"
+echo "checkpatch.sh: ${files[*]} clean"

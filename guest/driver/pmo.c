@@ -46,113 +46,14 @@
 #include <linux/xarray.h>
 
 #include "pmo_ioctl.h"
+#include "virtio_pmo.h"
 
-#define VIRTIO_ID_PMO		63
-#define PMO_PROTO_VERSION	1
 #define PMO_EVQ_BUFS		16
 /* Pages a guest page fault maps at once: 2 MiB, aligned. */
 #define PMO_FAULT_CHUNK		(512UL << PAGE_SHIFT)
 
-enum {
-	PMO_OP_CREATE = 1,
-	PMO_OP_DESTROY = 2,
-	PMO_OP_ATTACH = 3,
-	PMO_OP_DETACH = 4,
-	PMO_OP_PSYNC = 5,
-	PMO_OP_STAT = 6,
-	PMO_OP_SET_DESIGN = 7,
-	PMO_OP_LIST = 8,
-};
-
-/* An access to the page was refused: unmap it, SIGBUS the attaching process. */
-#define PMO_EVENT_PAGE_POISONED	1
-/* A prefetch found the page bad before any access: unmap it. */
-#define PMO_EVENT_PAGE_BAD	2
-/* Status 38 (Linux's number for "no such system call"): unknown op. */
-#define PMO_STATUS_UNKNOWN_OP	38
-
-/* Wire formats: little-endian, no padding (docs/virtio-pmo.md). */
-struct virtio_pmo_config {
-	__le32 version;
-	__le32 page_size;
-	__le64 window_size;
-	__le32 max_name_len;
-	__le32 max_key_len;
-	__le64 max_pmo_size;
-} __packed;
-
-struct pmo_req_hdr {
-	__le16 version;
-	__le16 op;
-	__le32 len;
-} __packed;
-
-struct pmo_resp_hdr {
-	__le32 status;
-	__le32 len;
-} __packed;
-
-struct pmo_wire_create {
-	u8 name[PMO_NAME_LEN];
-	__le64 size;
-	__le32 key_len;
-	u8 key[PMO_KEY_LEN];
-} __packed;
-
-struct pmo_wire_destroy {
-	u8 name[PMO_NAME_LEN];
-	__le32 key_len;
-	u8 key[PMO_KEY_LEN];
-} __packed;
-
-struct pmo_wire_attach {
-	u8 name[PMO_NAME_LEN];
-	__le32 perm;
-	__le32 key_len;
-	u8 key[PMO_KEY_LEN];
-} __packed;
-
-struct pmo_wire_attach_resp {
-	__le64 handle;
-	__le64 window_offset;
-	__le64 size;
-} __packed;
-
-struct pmo_wire_stat {
-	__le64 size;
-	__le64 faults;
-	__le64 fault_ns_total;
-	__le64 pages_decrypted;
-	__le64 pages_prefetched;
-	__le64 psyncs;
-	__le64 psync_pages;
-	__le64 psync_ns_total;
-	__le64 integrity_failures;
-	__le64 fault_hist[PMO_HIST_BUCKETS];
-	__le64 triggers;
-	__le64 trigger_hits;
-	__le64 trigger_wasted;
-	__le64 prefetch_late;
-	__le64 demand_unpredicted;
-} __packed;
-
-struct pmo_wire_list_resp {
-	u8 name[PMO_NAME_LEN];
-	__le64 size;
-	__le32 attached;
-	__le32 more;
-} __packed;
-
-struct pmo_wire_event {
-	__le32 type;
-	__le32 reserved;
-	__le64 handle;
-	__le64 page;
-	__le64 reserved2;
-} __packed;
-
-#define PMO_REQ_MAX	(sizeof(struct pmo_req_hdr) + sizeof(struct pmo_wire_create))
-#define PMO_RESP_MAX	(sizeof(struct pmo_resp_hdr) + sizeof(struct pmo_wire_stat))
+#define PMO_REQ_MAX	(sizeof(struct virtio_pmo_req_hdr) + sizeof(struct virtio_pmo_create))
+#define PMO_RESP_MAX	(sizeof(struct virtio_pmo_resp_hdr) + sizeof(struct virtio_pmo_stat))
 
 struct pmo_dev {
 	struct virtio_device *vdev;	/* NULL-safe only while !broken */
@@ -174,9 +75,9 @@ struct pmo_dev {
 	void *req;
 	void *resp;
 
-	struct pmo_wire_event *evbufs;
+	struct virtio_pmo_event *evbufs;
 	/* Used event buffers waiting for event_work (under vq_lock). */
-	struct pmo_wire_event *evdone[PMO_EVQ_BUFS];
+	struct virtio_pmo_event *evdone[PMO_EVQ_BUFS];
 	unsigned int evdone_len[PMO_EVQ_BUFS];
 	unsigned int evdone_head, evdone_count;
 	struct work_struct event_work;
@@ -251,7 +152,7 @@ static int pmo_status_errno(u32 status)
 	case EPROTO:
 	case EBADMSG:
 		return -(int)status;
-	case PMO_STATUS_UNKNOWN_OP:
+	case VIRTIO_PMO_S_NOSYS:
 		return -EOPNOTSUPP;
 	default:
 		pr_warn_ratelimited("device returned unknown status %u\n", status);
@@ -287,8 +188,8 @@ static void pmo_ctrl_done(struct virtqueue *vq)
 static int pmo_request(struct pmo_dev *pd, u16 op, const void *payload,
 		       u32 plen, void *out, u32 olen)
 {
-	struct pmo_req_hdr *hdr = pd->req;
-	struct pmo_resp_hdr *rh = pd->resp;
+	struct virtio_pmo_req_hdr *hdr = pd->req;
+	struct virtio_pmo_resp_hdr *rh = pd->resp;
 	struct scatterlist sg_out, sg_in, *sgs[2];
 	u32 status, rlen;
 	unsigned int written = 0;
@@ -299,7 +200,7 @@ static int pmo_request(struct pmo_dev *pd, u16 op, const void *payload,
 		return -EINVAL;
 
 	mutex_lock(&pd->req_lock);
-	hdr->version = cpu_to_le16(PMO_PROTO_VERSION);
+	hdr->version = cpu_to_le16(VIRTIO_PMO_VERSION);
 	hdr->op = cpu_to_le16(op);
 	hdr->len = cpu_to_le32(plen);
 	memcpy(hdr + 1, payload, plen);
@@ -392,7 +293,7 @@ static int pmo_copy_key(struct pmo_dev *pd, __le32 *dst_len, u8 *dst,
 static long pmo_ioc_create(struct pmo_dev *pd, void __user *argp)
 {
 	struct pmo_ioc_create a;
-	struct pmo_wire_create w;
+	struct virtio_pmo_create w;
 	long err;
 
 	if (copy_from_user(&a, argp, sizeof(a)))
@@ -408,7 +309,7 @@ static long pmo_ioc_create(struct pmo_dev *pd, void __user *argp)
 	if (err)
 		goto out;
 	w.size = cpu_to_le64(a.size);
-	err = pmo_request(pd, PMO_OP_CREATE, &w, sizeof(w), NULL, 0);
+	err = pmo_request(pd, VIRTIO_PMO_OP_CREATE, &w, sizeof(w), NULL, 0);
 out:
 	memzero_explicit(&w, sizeof(w));
 	memzero_explicit(&a, sizeof(a));
@@ -418,7 +319,7 @@ out:
 static long pmo_ioc_destroy(struct pmo_dev *pd, void __user *argp)
 {
 	struct pmo_ioc_destroy a;
-	struct pmo_wire_destroy w;
+	struct virtio_pmo_destroy w;
 	long err;
 
 	if (copy_from_user(&a, argp, sizeof(a)))
@@ -428,7 +329,7 @@ static long pmo_ioc_destroy(struct pmo_dev *pd, void __user *argp)
 	if (!err)
 		err = pmo_copy_key(pd, &w.key_len, w.key, a.key_len, a.key);
 	if (!err)
-		err = pmo_request(pd, PMO_OP_DESTROY, &w, sizeof(w), NULL, 0);
+		err = pmo_request(pd, VIRTIO_PMO_OP_DESTROY, &w, sizeof(w), NULL, 0);
 	memzero_explicit(&w, sizeof(w));
 	memzero_explicit(&a, sizeof(a));
 	return err;
@@ -438,7 +339,7 @@ static int pmo_send_detach(struct pmo_dev *pd, u64 handle)
 {
 	__le64 h = cpu_to_le64(handle);
 
-	return pmo_request(pd, PMO_OP_DETACH, &h, sizeof(h), NULL, 0);
+	return pmo_request(pd, VIRTIO_PMO_OP_DETACH, &h, sizeof(h), NULL, 0);
 }
 
 static long pmo_ioc_attach(struct pmo_file *pf, struct file *file,
@@ -446,8 +347,8 @@ static long pmo_ioc_attach(struct pmo_file *pf, struct file *file,
 {
 	struct pmo_dev *pd = pf->pd;
 	struct pmo_ioc_attach a;
-	struct pmo_wire_attach w;
-	struct pmo_wire_attach_resp r;
+	struct virtio_pmo_attach w;
+	struct virtio_pmo_attach_resp r;
 	u64 handle, off, size;
 	long err;
 
@@ -473,7 +374,7 @@ static long pmo_ioc_attach(struct pmo_file *pf, struct file *file,
 		err = -EINVAL;
 		goto unlock;
 	}
-	err = pmo_request(pd, PMO_OP_ATTACH, &w, sizeof(w), &r, sizeof(r));
+	err = pmo_request(pd, VIRTIO_PMO_OP_ATTACH, &w, sizeof(w), &r, sizeof(r));
 	memzero_explicit(&w, sizeof(w));
 	if (err)
 		goto unlock;
@@ -572,7 +473,7 @@ static long pmo_ioc_psync(struct pmo_file *pf, void __user *argp)
 	mutex_lock(&pf->lock);
 	if (pf->state == PMO_F_ATTACHED) {
 		h = cpu_to_le64(pf->handle);
-		err = pmo_request(pf->pd, PMO_OP_PSYNC, &h, sizeof(h), &pages,
+		err = pmo_request(pf->pd, VIRTIO_PMO_OP_PSYNC, &h, sizeof(h), &pages,
 				  sizeof(pages));
 	}
 	mutex_unlock(&pf->lock);
@@ -585,7 +486,7 @@ static long pmo_ioc_psync(struct pmo_file *pf, void __user *argp)
 static long pmo_ioc_stat(struct pmo_file *pf, void __user *argp)
 {
 	struct pmo_ioc_stat *a;
-	struct pmo_wire_stat *w;
+	struct virtio_pmo_stat *w;
 	u32 perm = 0;
 	__le64 h;
 	long err = -EINVAL;
@@ -601,7 +502,7 @@ static long pmo_ioc_stat(struct pmo_file *pf, void __user *argp)
 	if (pf->state == PMO_F_ATTACHED) {
 		h = cpu_to_le64(pf->handle);
 		perm = pf->perm;
-		err = pmo_request(pf->pd, PMO_OP_STAT, &h, sizeof(h), w,
+		err = pmo_request(pf->pd, VIRTIO_PMO_OP_STAT, &h, sizeof(h), w,
 				  sizeof(*w));
 	}
 	mutex_unlock(&pf->lock);
@@ -649,25 +550,25 @@ static long pmo_ioc_design(struct pmo_dev *pd, void __user *argp)
 			return -EINVAL;
 	}
 	memset(a.name + n, 0, PMO_DESIGN_LEN - n);
-	return pmo_request(pd, PMO_OP_SET_DESIGN, a.name, PMO_DESIGN_LEN,
+	return pmo_request(pd, VIRTIO_PMO_OP_SET_DESIGN, a.name, PMO_DESIGN_LEN,
 			   NULL, 0);
 }
 
 static long pmo_ioc_list(struct pmo_dev *pd, void __user *argp)
 {
 	struct pmo_ioc_list a;
-	struct pmo_wire_list_resp r;
+	struct virtio_pmo_list_resp r;
 	__le32 idx;
 	long err;
 
 	if (copy_from_user(&a, argp, sizeof(a)))
 		return -EFAULT;
 	idx = cpu_to_le32(a.index);
-	err = pmo_request(pd, PMO_OP_LIST, &idx, sizeof(idx), &r, sizeof(r));
+	err = pmo_request(pd, VIRTIO_PMO_OP_LIST, &idx, sizeof(idx), &r, sizeof(r));
 	if (err)
 		return err;
 	if (strnlen((const char *)r.name, PMO_NAME_LEN) == PMO_NAME_LEN ||
-	    le32_to_cpu(r.attached) > 2) {
+	    le32_to_cpu(r.attached) > VIRTIO_PMO_LIST_WRITER) {
 		pr_warn_ratelimited("list: malformed entry from the device\n");
 		return -EIO;
 	}
@@ -683,7 +584,7 @@ static long pmo_ioc_list(struct pmo_dev *pd, void __user *argp)
 static long pmo_ioc_info(struct pmo_dev *pd, void __user *argp)
 {
 	struct pmo_ioc_info a = {
-		.version = PMO_PROTO_VERSION,
+		.version = VIRTIO_PMO_VERSION,
 		.page_size = PAGE_SIZE,
 		.window_size = pd->win_size,
 		.max_name_len = pd->max_name_len,
@@ -878,7 +779,7 @@ static void pmo_poison(struct pmo_dev *pd, u64 handle, u64 page)
 	mutex_unlock(&pd->att_lock);
 }
 
-static void pmo_evq_add(struct pmo_dev *pd, struct pmo_wire_event *ev,
+static void pmo_evq_add(struct pmo_dev *pd, struct virtio_pmo_event *ev,
 			gfp_t gfp)
 {
 	struct scatterlist sg;
@@ -893,7 +794,7 @@ static void pmo_evq_add(struct pmo_dev *pd, struct pmo_wire_event *ev,
 static void pmo_event_work(struct work_struct *work)
 {
 	struct pmo_dev *pd = container_of(work, struct pmo_dev, event_work);
-	struct pmo_wire_event *buf, ev;
+	struct virtio_pmo_event *buf, ev;
 	unsigned int len;
 	u32 type;
 
@@ -915,11 +816,11 @@ static void pmo_event_work(struct work_struct *work)
 		if (len != sizeof(ev))
 			continue;	/* reported by the interrupt */
 		type = le32_to_cpu(ev.type);
-		if (type != PMO_EVENT_PAGE_POISONED && type != PMO_EVENT_PAGE_BAD)
+		if (type != VIRTIO_PMO_EVENT_PAGE_POISONED && type != VIRTIO_PMO_EVENT_PAGE_BAD)
 			continue;
 		pr_warn_ratelimited("handle %llu page %llu failed its integrity check on the host%s\n",
 				    le64_to_cpu(ev.handle), le64_to_cpu(ev.page),
-				    type == PMO_EVENT_PAGE_BAD ?
+				    type == VIRTIO_PMO_EVENT_PAGE_BAD ?
 				    " (found before any access)" : "");
 		pmo_poison(pd, le64_to_cpu(ev.handle), le64_to_cpu(ev.page));
 	}
@@ -950,7 +851,7 @@ static void pmo_signal_owner(struct pmo_dev *pd, u64 handle)
 static void pmo_ev_done(struct virtqueue *vq)
 {
 	struct pmo_dev *pd = vq->vdev->priv;
-	struct pmo_wire_event *buf;
+	struct virtio_pmo_event *buf;
 	u64 refused[PMO_EVQ_BUFS];
 	unsigned long flags;
 	unsigned int len, slot, n = 0, i;
@@ -964,9 +865,9 @@ static void pmo_ev_done(struct virtqueue *vq)
 		pd->evdone_count++;
 		if (len != sizeof(*buf))
 			pr_warn_ratelimited("event of %u bytes ignored\n", len);
-		else if (le32_to_cpu(buf->type) == PMO_EVENT_PAGE_POISONED)
+		else if (le32_to_cpu(buf->type) == VIRTIO_PMO_EVENT_PAGE_POISONED)
 			refused[n++] = le64_to_cpu(buf->handle);
-		else if (le32_to_cpu(buf->type) != PMO_EVENT_PAGE_BAD)
+		else if (le32_to_cpu(buf->type) != VIRTIO_PMO_EVENT_PAGE_BAD)
 			pr_warn_ratelimited("unknown event type %u ignored\n",
 					    le32_to_cpu(buf->type));
 	}
@@ -1060,7 +961,7 @@ static int pmo_read_config(struct pmo_dev *pd)
 	virtio_cread_le(vdev, struct virtio_pmo_config, max_pmo_size,
 			&pd->max_pmo_size);
 
-	if (version != PMO_PROTO_VERSION || page_size != PAGE_SIZE ||
+	if (version != VIRTIO_PMO_VERSION || page_size != PAGE_SIZE ||
 	    !pd->max_name_len || pd->max_name_len >= PMO_NAME_LEN ||
 	    !pd->max_key_len || pd->max_key_len > PMO_KEY_LEN ||
 	    !pd->win_size || !PAGE_ALIGNED(pd->win_size)) {

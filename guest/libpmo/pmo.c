@@ -22,6 +22,11 @@
 #include "pmo_internal.h"
 #include "pmo_ioctl.h"
 
+_Static_assert(PMO_NAME_MAX == VIRTIO_PMO_NAME_MAX, "pmo.h and virtio_pmo.h disagree");
+_Static_assert(PMO_KEY_MAX == VIRTIO_PMO_KEY_FIELD, "pmo.h and virtio_pmo.h disagree");
+_Static_assert(PMO_READ == VIRTIO_PMO_PERM_READ && PMO_WRITE == VIRTIO_PMO_PERM_WRITE,
+	       "pmo.h and virtio_pmo.h disagree");
+
 #define PMO_DEV "/dev/pmo"
 
 struct att {

@@ -72,6 +72,7 @@ extern "C" {
 #define PMO_READ	1	/* attach for reading; many readers at once */
 #define PMO_WRITE	2	/* attach for reading and writing; exclusive */
 
+/* The device protocol's limits (include/uapi/virtio_pmo.h; libpmo checks they agree). */
 #define PMO_NAME_MAX	63
 #define PMO_KEY_MAX	64
 

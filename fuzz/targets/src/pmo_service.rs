@@ -148,10 +148,10 @@ fn allowed(op: u16, s: Status) -> bool {
 /// Payload length of a successful answer to `op`.
 fn ok_payload_len(op: u16) -> usize {
     match op {
-        proto::OP_ATTACH => 24,
-        proto::OP_PSYNC => 8,
-        proto::OP_STAT => 8 * (9 + 16 + 5),
-        proto::OP_LIST => proto::NAME_FIELD + 8 + 4 + 4,
+        proto::OP_ATTACH => proto::AttachResponse::LEN,
+        proto::OP_PSYNC => proto::PsyncResponse::LEN,
+        proto::OP_STAT => proto::StatResponse::LEN,
+        proto::OP_LIST => proto::ListEntry::LEN,
         _ => 0,
     }
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
 /*
  * pmo_ioctl.h - ioctl ABI of /dev/pmo (guest/driver/pmo.ko), shared by the
- * driver and libpmo.
+ * driver and libpmo; its limits are the device protocol's (virtio_pmo.h).
  *
  * One attachment per open file: PMO_IOC_ATTACH binds the file to the
  * attachment; mmap(offset 0, length = size) of that file maps it;
@@ -20,13 +20,16 @@
 #include <linux/ioctl.h>
 #include <linux/types.h>
 
-#define PMO_NAME_LEN	64	/* name buffer: 1..63 bytes + NUL padding */
-#define PMO_KEY_LEN	64	/* key buffer: 1..64 bytes */
-#define PMO_DESIGN_LEN	16	/* design name buffer, NUL padded */
-#define PMO_HIST_BUCKETS 16
+#include "virtio_pmo.h"
 
-#define PMO_PERM_READ	1
-#define PMO_PERM_WRITE	2
+/* The same limits as the device protocol, so a request passes through whole. */
+#define PMO_NAME_LEN	VIRTIO_PMO_NAME_FIELD	/* name buffer: 1..63 bytes + NUL padding */
+#define PMO_KEY_LEN	VIRTIO_PMO_KEY_FIELD	/* key buffer: 1..64 bytes */
+#define PMO_DESIGN_LEN	VIRTIO_PMO_DESIGN_FIELD	/* design name buffer, NUL padded */
+#define PMO_HIST_BUCKETS VIRTIO_PMO_HIST_BUCKETS
+
+#define PMO_PERM_READ	VIRTIO_PMO_PERM_READ
+#define PMO_PERM_WRITE	VIRTIO_PMO_PERM_WRITE
 
 struct pmo_ioc_create {
 	char name[PMO_NAME_LEN];	/* in: NUL terminated */
