@@ -94,19 +94,34 @@ impl ExpanderConfig {
 /// Errors of the expander.
 #[derive(Debug, thiserror::Error)]
 pub enum ExpanderError {
+    /// The media file failed or is not ours.
     #[error("media: {0}")]
     Media(#[from] MediaError),
+    /// The cache geometry is impossible.
     #[error("cache: {0}")]
     Cache(#[from] CacheError),
+    /// A TEE range or key was refused.
     #[error("tee: {0}")]
     Tee(#[from] TeeError),
+    /// A device size that is not whole blocks.
     #[error("device size {0:#x} is not a non-zero multiple of 4 KiB")]
     BadSize(u64),
+    /// A host-path access past the end of the device.
     #[error("access {off:#x}+{len:#x} beyond device end {end:#x}")]
-    OutOfRange { off: u64, len: u64, end: u64 },
+    OutOfRange {
+        /// Its DPA.
+        off: u64,
+        /// Its length.
+        len: u64,
+        /// The device size.
+        end: u64,
+    },
+    /// A system call the expander needs failed.
     #[error("{what}: {source}")]
     Os {
+        /// What was being done.
         what: &'static str,
+        /// The system's answer.
         source: io::Error,
     },
 }

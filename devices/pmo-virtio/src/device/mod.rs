@@ -39,19 +39,32 @@ const EVENT_KICK: u16 = 2;
 /// Errors bringing the PMO device up.
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
+    /// The store file cannot be created or opened.
     #[error("PMO store {path}: {source}")]
     Medium {
+        /// The store file.
         path: PathBuf,
+        /// Why.
         source: pmo_store::medium::MediumError,
     },
+    /// The store cannot be formatted, opened or recovered.
     #[error("PMO store {path}: {source}")]
-    Store { path: PathBuf, source: StoreError },
+    Store {
+        /// The store file.
+        path: PathBuf,
+        /// Why.
+        source: StoreError,
+    },
+    /// The window cannot be set up.
     #[error("PMO window: {0}")]
     Pager(#[from] PagerError),
+    /// `--pmo-design` names no design.
     #[error("unknown PMO design {0:?}")]
     Design(String),
+    /// `--pmo-predictor` names no predictor, or a bad parameter.
     #[error("PMO predictor: {0}")]
     Predictor(#[from] pmo_policies::PolicyError),
+    /// The event-queue notifier cannot be made.
     #[error("eventfd: {0}")]
     EventFd(std::io::Error),
 }
@@ -59,12 +72,15 @@ pub enum DeviceError {
 /// How to build the device.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PmoDeviceConfig {
+    /// The store file.
     pub store: PathBuf,
     /// Size to create the store with when the file does not exist.
     pub store_size: Option<u64>,
     /// Design for attaches (None: each PMO's own).
     pub design: Option<String>,
+    /// Bytes of the window attached PMOs appear in (address space until touched).
     pub window_size: u64,
+    /// Threads serving the window's faults.
     pub fault_threads: usize,
     /// Test hook: kill the process at this persist point of every psync.
     pub test_kill_in_psync: Option<u64>,
@@ -145,6 +161,7 @@ pub struct PmoDevice {
 }
 
 impl PmoDevice {
+    /// Opens (or creates) the store and starts the service behind the device.
     pub fn new(cfg: &PmoDeviceConfig) -> Result<Self, DeviceError> {
         let service = PmoService::new(cfg)?;
         Ok(PmoDevice {
@@ -154,6 +171,7 @@ impl PmoDevice {
         })
     }
 
+    /// The service, which outlives a device reset (the VMM keeps it to detach all at exit).
     pub fn service(&self) -> &Arc<PmoService> {
         &self.service
     }

@@ -137,6 +137,7 @@ fn store_status(e: &StoreError) -> Status {
 }
 
 impl PmoService {
+    /// Opens (or creates) the store and the window as `cfg` says.
     pub fn new(cfg: &PmoDeviceConfig) -> Result<Arc<Self>, DeviceError> {
         let design = match &cfg.design {
             Some(d) => Some(Design::from_name(d).ok_or_else(|| DeviceError::Design(d.clone()))?),
@@ -169,6 +170,7 @@ impl PmoService {
         }))
     }
 
+    /// The window's pager (the VMM maps its memory into the guest).
     pub fn pager(&self) -> &Arc<Pager> {
         &self.pager
     }

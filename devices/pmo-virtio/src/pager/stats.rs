@@ -9,11 +9,17 @@ pub const HIST_BUCKETS: usize = 16;
 /// Per-attachment counters, readable while the attachment runs.
 #[derive(Default)]
 pub struct SliceStats {
+    /// Demand faults served (missing pages the guest touched).
     pub faults: AtomicU64,
+    /// Their total service time.
     pub fault_ns_total: AtomicU64,
+    /// Pages filled from the store (decrypted and verified), by faults or prefetch.
     pub pages_decrypted: AtomicU64,
+    /// Of those, by prefetch.
     pub pages_prefetched: AtomicU64,
+    /// Pages that failed verification (never installed).
     pub integrity_failures: AtomicU64,
+    /// First writes to write-protected pages (the dirty set psync writes).
     pub wp_faults: AtomicU64,
     /// Demand faults on pages that were predicted but not yet installed (late prefetches).
     pub prefetch_late: AtomicU64,
@@ -25,6 +31,7 @@ pub struct SliceStats {
     pub trigger_wasted: AtomicU64,
     /// Demand faults on pages nobody predicted.
     pub demand_unpredicted: AtomicU64,
+    /// Fault service times, bucket i counting `[2^i, 2^(i+1))` microseconds.
     pub fault_hist: [AtomicU64; HIST_BUCKETS],
 }
 
