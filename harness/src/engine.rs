@@ -32,27 +32,39 @@ use crate::workloads::{PlainMem, Workload, WorkloadError};
 /// Errors of a harness run.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// The store refused an operation.
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    /// The pager refused an operation.
     #[error("pager: {0}")]
     Pager(#[from] PagerError),
+    /// A workload's parameters or memory.
     #[error("workload: {0}")]
     Workload(#[from] WorkloadError),
+    /// A predictor spec of a design.
     #[error("predictor: {0}")]
     Policy(#[from] pmo_policies::PolicyError),
+    /// The store file.
     #[error("medium: {0}")]
     Medium(#[from] pmo_store::medium::MediumError),
+    /// The temporary directory.
     #[error("temp dir: {0}")]
     Io(#[from] std::io::Error),
+    /// A cell computed something else than plain memory did: the run is wrong, not slow.
     #[error(
         "{workload}/{design}: checksum {got:016x} differs from the plain-memory run's {want:016x}"
     )]
     Mismatch {
+        /// The workload.
         workload: &'static str,
+        /// The design's label.
         design: String,
+        /// The cell's checksum.
         got: u64,
+        /// The plain-memory run's.
         want: u64,
     },
+    /// A PMO larger than this process can map.
     #[error("PMO of {0} bytes does not fit the address space")]
     TooLarge(usize),
 }
