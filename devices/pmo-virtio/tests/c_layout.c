@@ -3,7 +3,7 @@
  * Prints what guest/include/uapi/virtio_pmo.h says, for tests/c_layout.rs:
  * every constant, and every wire structure filled field by field with
  * distinct values, as its size and bytes.  The Rust side decodes the bytes
- * with proto.rs and compares, so any difference in a size, an offset, a
+ * with proto/ and compares, so any difference in a size, an offset, a
  * field's width or a constant fails the test.
  */
 #include <endian.h>
@@ -156,7 +156,7 @@ int main(void)
 	struct virtio_pmo_psync_resp pr = { htole64(0x8182838485868788ULL) };
 	DUMP(virtio_pmo_psync_resp, pr);
 
-	/* Field i holds 0x91..00 + i, in the order proto.rs decodes them. */
+	/* Field i holds 0x91..00 + i, in the order proto/ decodes them. */
 	struct virtio_pmo_stat st = {
 		.size = htole64(0x9100000000000000ULL),
 		.faults = htole64(0x9100000000000001ULL),

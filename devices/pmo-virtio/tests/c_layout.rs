@@ -1,7 +1,7 @@
 //! The C and Rust sides of the virtio-pmo protocol agree: `c_layout.c` is compiled against
 //! `guest/include/uapi/virtio_pmo.h` (the header the guest driver and libpmo use) and prints
 //! every constant, and every wire structure filled field by field with distinct values; this
-//! test decodes those bytes with `proto.rs` and compares. A field moved, resized or renumbered
+//! test decodes those bytes with `proto` and compares. A field moved, resized or renumbered
 //! on either side fails here.
 
 #![allow(clippy::unwrap_used)]

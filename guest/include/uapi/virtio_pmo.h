@@ -4,7 +4,7 @@
  *
  * One definition for the guest driver (guest/driver/pmo.c) and, through
  * pmo_ioctl.h, libpmo.  The device model's side is
- * devices/pmo-virtio/src/proto.rs; its test tests/c_layout.rs compiles this
+ * devices/pmo-virtio/src/proto/; its test tests/c_layout.rs compiles this
  * header and fails if any constant, size or offset differs.
  *
  * Every field is little-endian and no structure has padding.  A request is
