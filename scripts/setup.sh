@@ -14,13 +14,14 @@
 #   acpica-tools         iasl, to disassemble/check the VMM's ACPI tables
 #   linux-headers-<abi>-cloud-amd64   headers of the guest kernel, for pmo.ko
 #   python3-matplotlib   the PNG plot of scripts/compare.sh (the design comparison)
+#   curl patch           apps/lmdb/fetch.sh: LMDB's pinned source from Debian's archive, our patch
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 
 pkgs=(qemu-system-x86 busybox-static cpio gzip xz-utils zstd kmod build-essential musl-tools acpica-tools
-      python3-matplotlib)
+      python3-matplotlib curl patch)
 
 export DEBIAN_FRONTEND=noninteractive
 

@@ -19,6 +19,7 @@ use std::collections::HashSet;
 /// Errors of the metrics computation.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum MetricsError {
+    /// The two runs did not go through the same number of sessions, so they cannot be paired.
     #[error("the run has {0} sessions, the reference {1}")]
     Sessions(usize, usize),
 }

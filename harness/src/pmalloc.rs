@@ -25,18 +25,25 @@ pub const MAX_ALLOCS: usize = 16;
 /// Errors of the in-PMO heap.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum HeapError {
+    /// The PMO cannot hold the heap header and allocation table.
     #[error("PMO of {0} bytes is too small for a heap")]
     TooSmall(usize),
+    /// The PMO does not start with a heap header: never formatted, or overwritten.
     #[error("no heap header (bad magic)")]
     BadMagic,
+    /// The free space after the last allocation is smaller than the request.
     #[error("heap full: {0} more bytes do not fit")]
     Full(usize),
+    /// Every slot of the allocation table is in use.
     #[error("allocation table full")]
     TableFull,
+    /// The index names a free table slot or one past the table.
     #[error("allocation {0} does not exist")]
     NoSuch(usize),
+    /// The table entry points outside the PMO or overlaps the header.
     #[error("allocation {0} is damaged")]
     Damaged(usize),
+    /// The allocation cannot be viewed as `f32`s.
     #[error("allocation {0} is not aligned for f32 or not a whole number of them")]
     Misaligned(usize),
 }

@@ -19,14 +19,19 @@ use crate::pmalloc::{self, HeapError};
 /// Errors of the workloads.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
+    /// The in-PMO heap refused an allocation or lookup.
     #[error("heap: {0}")]
     Heap(#[from] HeapError),
+    /// A workload found an array of another size than its parameters imply.
     #[error("{0}: array {1} has {2} elements, expected {3}")]
     Shape(&'static str, usize, usize, usize),
+    /// The size parameters are zero, too large, or inconsistent with each other.
     #[error("{0}: bad parameters: {1}")]
     Params(&'static str, String),
+    /// The caller asked for an iteration past the workload's last one.
     #[error("iteration {0} beyond the {1} iterations of the workload")]
     Iteration(u64, u64),
+    /// A worker thread of a multi-threaded workload panicked.
     #[error("a workload thread panicked")]
     Thread,
 }
@@ -38,25 +43,47 @@ pub const NAMES: [&str; 6] = ["2dconv", "gauss", "lu", "tmm", "seq", "random"];
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Workload {
     /// 3×3 stencil over an `n`×`n` f32 image, `sweeps` ping-pong sweeps (one per iteration).
-    Conv2d { n: usize, sweeps: usize },
+    Conv2d {
+        /// Image side, in elements.
+        n: usize,
+        /// Number of sweeps (iterations).
+        sweeps: usize,
+    },
     /// Gaussian elimination with right-hand side and back substitution (`n` iterations).
-    Gauss { n: usize },
+    Gauss {
+        /// Order of the linear system.
+        n: usize,
+    },
     /// In-place Doolittle LU (`n - 1` iterations).
-    Lu { n: usize },
+    Lu {
+        /// Order of the square matrix.
+        n: usize,
+    },
     /// Tiled `C = A·B`, one row band of `tile` rows per iteration.
-    Tmm { n: usize, tile: usize },
+    Tmm {
+        /// Order of the square matrices.
+        n: usize,
+        /// Rows per band (and tile side).
+        tile: usize,
+    },
     /// Sequential scan of `pages` pages, `seg` pages per iteration, `passes` times over; reads
     /// every word, writes one word in every 16th page.
     Seq {
+        /// Pages scanned.
         pages: usize,
+        /// Pages per iteration.
         seg: usize,
+        /// Times the whole range is scanned.
         passes: usize,
     },
     /// `touches` random page touches per iteration (fixed seed), `iters` iterations; each touch
     /// reads a word of the page and updates the page's first word.
     Random {
+        /// Pages the touches are drawn from.
         pages: usize,
+        /// Touches per iteration.
         touches: usize,
+        /// Number of iterations.
         iters: usize,
     },
 }

@@ -15,12 +15,23 @@ pub const DEFAULT_WAYS: usize = 8;
 /// Errors of the cache geometry.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CacheError {
+    /// `ways` was 0: a set needs at least one way.
     #[error("associativity must be at least 1")]
     ZeroWays,
+    /// The cache size is smaller than one set (`ways` blocks of 4 KiB), so
+    /// it would have no sets at all.
     #[error("cache of {bytes} bytes holds no full set of {ways} 4 KiB blocks")]
-    TooSmall { bytes: u64, ways: usize },
+    TooSmall {
+        /// Requested cache size in bytes.
+        bytes: u64,
+        /// Requested associativity.
+        ways: usize,
+    },
+    /// The cache size is not a whole number of 4 KiB blocks.
     #[error("cache of {0} bytes is not a multiple of 4 KiB")]
     Unaligned(u64),
+    /// The number of line slots (sets times ways) does not fit in `usize`
+    /// on this host.
     #[error("cache of {0} bytes is too large for this host")]
     TooLarge(u64),
 }
@@ -32,7 +43,11 @@ pub enum Access {
     Hit,
     /// The block was filled; `victim` is the block it displaced and whether
     /// that block was dirty (and so must be written back first).
-    Miss { victim: Option<(u64, bool)> },
+    Miss {
+        /// `(block, dirty)` of the evicted line; `None` when the set still
+        /// had a free way and nothing was evicted.
+        victim: Option<(u64, bool)>,
+    },
 }
 
 /// Counters of the cache, host-readable.

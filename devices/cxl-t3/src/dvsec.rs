@@ -17,37 +17,63 @@ pub const DVSEC_ID_DEVICE: u16 = 0;
 /// DVSEC id 8: "Register Locator".
 pub const DVSEC_ID_REGISTER_LOCATOR: u16 = 8;
 
-/// Byte offsets inside the CXL device DVSEC, counted from the capability
-/// start (as the CXL specification and Linux count them).
+// Byte offsets inside the CXL device DVSEC (CXL 2.0 8.1.3, "PCIe DVSEC for
+// CXL Device"), counted from the capability start (as the CXL specification
+// and Linux count them).
+
+/// DVSEC CXL Capability (16 bits): what the device can do (cache, I/O,
+/// memory) and how many HDM ranges it reports.
 pub const DEV_CAP: usize = 0x0a;
+/// DVSEC CXL Control (16 bits): the protocol enables the guest sets.
 pub const DEV_CTRL: usize = 0x0c;
+/// DVSEC CXL Range 1 Size High: bits 63:32 of the range-1 capacity.
 pub const DEV_RANGE1_SIZE_HIGH: usize = 0x18;
+/// DVSEC CXL Range 1 Size Low: bits 31:28 of the capacity (256 MiB units)
+/// plus the memory status and media description bits below them.
 pub const DEV_RANGE1_SIZE_LOW: usize = 0x1c;
+/// DVSEC CXL Range 1 Base High: bits 63:32 of the range-1 base address.
 pub const DEV_RANGE1_BASE_HIGH: usize = 0x20;
+/// DVSEC CXL Range 1 Base Low: bits 31:28 of the range-1 base address.
 pub const DEV_RANGE1_BASE_LOW: usize = 0x24;
 /// Length of the CXL device DVSEC (CXL 2.0).
 pub const DEV_LEN: usize = 0x3c;
 
-/// Capability bits: memory capable, HDM count 1.
+/// DVSEC CXL Capability bit 2, Mem_Capable: the device speaks CXL.mem.
 pub const DEV_CAP_MEM_CAPABLE: u16 = 1 << 2;
+/// DVSEC CXL Capability bits 5:4, HDM_Count, set to 1: the device reports
+/// one memory range (range 1).
 pub const DEV_CAP_HDM_COUNT_1: u16 = 1 << 4;
 /// Control bit the guest sets to let the device decode memory; clear at reset.
 pub const DEV_CTRL_MEM_ENABLE: u16 = 1 << 2;
-/// Range size-low bits the driver waits for before it trusts the device.
+// Range size-low bits the driver waits for before it trusts the device.
+
+/// Range Size Low bit 0, Memory_Info_Valid: the size and media fields of
+/// the range can be read.
 pub const RANGE_MEM_INFO_VALID: u32 = 1 << 0;
+/// Range Size Low bit 1, Memory_Active: the memory of the range is ready
+/// for use.
 pub const RANGE_MEM_ACTIVE: u32 = 1 << 1;
 /// Media type "not memory-class volatile" / memory class "CXL": both 0b010.
 const RANGE_MEDIA_TYPE_CXL: u32 = 0b010 << 2;
 const RANGE_MEMORY_CLASS_CXL: u32 = 0b010 << 5;
 
-/// Register-locator block identifiers.
+// Register Block Identifiers of the Register Locator DVSEC (CXL 2.0 8.1.9).
+
+/// Register Block Identifier 1: the component registers (where the HDM
+/// decoder capability lives).
 pub const BLOCK_COMPONENT: u8 = 1;
+/// Register Block Identifier 3: the CXL memory device registers
+/// (capability array, device status, mailbox, memory device status).
 pub const BLOCK_MEMDEV: u8 = 3;
 
 /// One capability body (after its extended header) and its write mask.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CapBody {
+    /// The capability's initial contents, little-endian, starting right
+    /// after the 4-byte extended capability header.
     pub body: Vec<u8>,
+    /// Same length as `body`: a 1 bit marks a bit the guest may write; all
+    /// other bits are read-only.
     pub wmask: Vec<u8>,
 }
 
@@ -98,7 +124,10 @@ pub fn device_dvsec(size: u64) -> CapBody {
 /// One register block the locator points at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RegBlock {
+    /// Register BIR: which BAR holds the block (only bits 2:0 are encoded).
     pub bar: u8,
+    /// Register Block Identifier, e.g. [`BLOCK_COMPONENT`] or
+    /// [`BLOCK_MEMDEV`].
     pub block_id: u8,
     /// Offset inside the BAR; 64 KiB aligned.
     pub offset: u64,

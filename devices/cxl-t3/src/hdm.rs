@@ -31,33 +31,70 @@ pub const HDM_ALIGN: u64 = 256 << 20;
 /// Decoders a memory device offers (advertised in the HDM capability).
 pub const DECODER_COUNT: usize = 4;
 
-/// Register offsets inside the HDM decoder capability structure.
+// Register offsets inside the HDM decoder capability structure (CXL 2.0
+// 8.2.5.12, HDM Decoder Capability Structure).
+
+/// HDM Decoder Capability register (read-only): decoder count, target
+/// count and which address bits interleaving may use.
 pub const HDM_CAP: u64 = 0x00;
+/// HDM Decoder Global Control register: bit 0 Poison On Decode Error
+/// Enable, bit 1 HDM Decoder Enable ([`GLOBAL_ENABLE`]).
 pub const HDM_GLOBAL_CTRL: u64 = 0x04;
 /// Decoder `n`'s registers start at `DECODER_BASE + n * DECODER_STRIDE`.
 pub const DECODER_BASE: u64 = 0x10;
+/// Bytes between the register blocks of consecutive decoders.
 pub const DECODER_STRIDE: u64 = 0x20;
-/// Register offsets inside one decoder's block.
+
+// Register offsets inside one decoder's block (the `D_*` registers of
+// decoder `n`, CXL 2.0 8.2.5.12). Base, size and skip keep only bits 63:28:
+// they count in 256 MiB units ([`HDM_ALIGN`]).
+
+/// Decoder Base Low: bits 31:28 of the HPA base; lower bits read as zero.
 pub const D_BASE_LOW: u64 = 0x00;
+/// Decoder Base High: bits 63:32 of the HPA base.
 pub const D_BASE_HIGH: u64 = 0x04;
+/// Decoder Size Low: bits 31:28 of the decoded size; lower bits read as zero.
 pub const D_SIZE_LOW: u64 = 0x08;
+/// Decoder Size High: bits 63:32 of the decoded size.
 pub const D_SIZE_HIGH: u64 = 0x0c;
+/// Decoder Control: interleave settings, lock, commit handshake and target
+/// type (the `CTRL_*` bits).
 pub const D_CTRL: u64 = 0x10;
+/// Decoder DPA Skip Low (device decoders only): bits 31:28 of the DPA bytes
+/// left unused between the previous decoder's DPA range and this one.
 pub const D_SKIP_LOW: u64 = 0x14;
+/// Decoder DPA Skip High: bits 63:32 of the DPA skip.
 pub const D_SKIP_HIGH: u64 = 0x18;
 
-/// Decoder control bits.
+// Decoder Control register bits (CXL 2.0 8.2.5.12, Decoder Control).
+
+/// Bits 3:0, Interleave Granularity (IG): bytes per interleave step, as
+/// 256 << IG. Stored; with 1-way decoding it changes nothing.
 pub const CTRL_IG_MASK: u32 = 0xf;
+/// Bits 7:4, Interleave Ways (IW): 0 means 1 way. Only 0 commits here
+/// (see [`CommitError::Ways`]).
 pub const CTRL_IW_MASK: u32 = 0xf << 4;
+/// Bit 8, Lock On Commit: once committed, the decoder's registers ignore
+/// writes until the device is reset.
 pub const CTRL_LOCK_ON_COMMIT: u32 = 1 << 8;
+/// Bit 9, Commit: software sets it to ask for a commit (a 0 to 1
+/// transition) and clears it to uncommit.
 pub const CTRL_COMMIT: u32 = 1 << 9;
+/// Bit 10, Committed (read-only): the device accepted the commit and the
+/// decoder is decoding.
 pub const CTRL_COMMITTED: u32 = 1 << 10;
+/// Bit 11, Error Not Committed (read-only): the device refused the last
+/// commit; cleared when software clears Commit.
 pub const CTRL_ERR_NOT_COMMITTED: u32 = 1 << 11;
+/// Bit 12, Target Device Type: 1 for a Type 3 target (a memory expander
+/// like this one), 0 for a Type 2 target (an accelerator with its own
+/// memory). Stored, not interpreted.
 pub const CTRL_TYPE: u32 = 1 << 12;
 const CTRL_WRITABLE: u32 =
     CTRL_IG_MASK | CTRL_IW_MASK | CTRL_LOCK_ON_COMMIT | CTRL_COMMIT | CTRL_TYPE;
 
-/// Global control: HDM decoder enable.
+/// Global Control bit 1, HDM Decoder Enable. Stored as written; this model
+/// does not gate decoding on it.
 pub const GLOBAL_ENABLE: u32 = 1 << 1;
 /// Capability: interleave on address bits 11:8 and 14:12 supported.
 const CAP_IL_11_8: u32 = 1 << 8;
@@ -74,18 +111,51 @@ pub fn decoder_reg(index: usize, reg: u64) -> u64 {
 /// Why a commit was refused (also the reason logged by the VMM).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CommitError {
+    /// The decoder's HPA base plus size overflows 64 bits (also reported
+    /// for the previous decoder's range when that one wraps).
     #[error("decoder {0}: base + size wraps")]
     Wrap(usize),
+    /// Commit of a decoder whose predecessor is not committed: decoders
+    /// commit in index order.
     #[error("decoder {index}: committed before decoder {needs}")]
-    OutOfOrder { index: usize, needs: usize },
+    OutOfOrder {
+        /// The decoder asked to commit.
+        index: usize,
+        /// The uncommitted decoder below it.
+        needs: usize,
+    },
+    /// Commit of a decoder while a decoder above it is still committed
+    /// (possible after an out-of-order uncommit).
     #[error("decoder {index}: decoder {higher} above it is still committed")]
-    HigherCommitted { index: usize, higher: usize },
+    HigherCommitted {
+        /// The decoder asked to commit.
+        index: usize,
+        /// A committed decoder with a higher index.
+        higher: usize,
+    },
+    /// The HPA base starts below the end of the previous decoder's HPA
+    /// range: HPA ranges must ascend with the decoder index.
     #[error("decoder {index}: HPA base below the end of decoder {prev}")]
-    HpaOrder { index: usize, prev: usize },
+    HpaOrder {
+        /// The decoder asked to commit.
+        index: usize,
+        /// The committed decoder just below it.
+        prev: usize,
+    },
+    /// The HPA or DPA range would share bytes with a committed decoder's
+    /// (the last-resort check; the ordering rules should prevent it).
     #[error("decoder {index}: range overlaps committed decoder {other}")]
-    Overlap { index: usize, other: usize },
+    Overlap {
+        /// The decoder asked to commit.
+        index: usize,
+        /// The committed decoder it would overlap.
+        other: usize,
+    },
+    /// The DPA range (previous decoder's DPA end plus skip, then size)
+    /// ends past the device capacity or overflows.
     #[error("decoder {0}: DPA range is beyond the device capacity")]
     Dpa(usize),
+    /// The Interleave Ways field is not 0: only 1-way decoding is modelled.
     #[error("decoder {0}: interleave ways other than 1 are not supported")]
     Ways(usize),
 }
@@ -96,24 +166,40 @@ pub enum DecoderEvent {
     /// Decoder `index` now decodes `[hpa, hpa + size)` to DPA `dpa..`.
     /// `size` may be zero (a committed decoder that decodes nothing).
     Committed {
+        /// Decoder number.
         index: usize,
+        /// First host physical address decoded.
         hpa: u64,
+        /// Bytes decoded (a multiple of [`HDM_ALIGN`]).
         size: u64,
+        /// Device physical address that `hpa` maps to.
         dpa: u64,
     },
     /// Decoder `index` stopped decoding.
-    Uncommitted { index: usize },
+    Uncommitted {
+        /// Decoder number.
+        index: usize,
+    },
     /// A commit was refused; the error bit is set.
-    Refused { index: usize, reason: CommitError },
+    Refused {
+        /// Decoder number.
+        index: usize,
+        /// Which commit rule failed.
+        reason: CommitError,
+    },
 }
 
 /// A committed decoder's translation: HPA `[hpa, hpa + size)` to DPA
 /// `[dpa, dpa + size)` (1-way, so both have the same length).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CommittedRange {
+    /// Decoder number.
     pub index: usize,
+    /// First host physical address decoded.
     pub hpa: u64,
+    /// Device physical address that `hpa` maps to.
     pub dpa: u64,
+    /// Bytes decoded; may be zero.
     pub size: u64,
 }
 

@@ -21,15 +21,28 @@ pub const MAX_LSA_SIZE: u64 = 16 << 20;
 /// Errors opening or accessing the LSA.
 #[derive(Debug, thiserror::Error)]
 pub enum LsaError {
+    /// The host file could not be opened, sized, read or written.
     #[error("LSA {path}: {source}")]
     Io {
+        /// The LSA file.
         path: PathBuf,
+        /// What the host reported.
         source: std::io::Error,
     },
+    /// An existing LSA file is larger than [`MAX_LSA_SIZE`].
     #[error("LSA {0}: size must be between 1 byte and 16 MiB")]
     Size(PathBuf),
+    /// A read or write reaches past the end of the area (the mailbox
+    /// answers Invalid Input).
     #[error("LSA access {offset:#x}+{len:#x} is outside its {size:#x} bytes")]
-    Bounds { offset: u64, len: u64, size: u64 },
+    Bounds {
+        /// First byte of the access.
+        offset: u64,
+        /// Bytes accessed.
+        len: u64,
+        /// Size of the area.
+        size: u64,
+    },
 }
 
 /// What the mailbox's label commands need from a label storage area.
@@ -135,6 +148,7 @@ impl Lsa {
         })
     }
 
+    /// Size of the area in bytes (the file's size when it was opened).
     pub fn size(&self) -> u64 {
         self.size
     }

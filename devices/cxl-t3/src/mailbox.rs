@@ -22,14 +22,30 @@ use std::thread::JoinHandle;
 use crate::lsa::LabelArea;
 
 /// Payload area size: 2^11 = 2 KiB (Linux wants at least 256 bytes).
+/// This exponent is what the Mailbox Capabilities register reports.
 pub const PAYLOAD_SHIFT: u32 = 11;
+/// Payload area size in bytes, `1 << PAYLOAD_SHIFT`.
 pub const PAYLOAD_SIZE: usize = 1 << PAYLOAD_SHIFT;
-/// Register offsets inside the mailbox capability.
+
+// Register offsets inside the mailbox capability (CXL 2.0 8.2.8.4, Mailbox
+// Registers).
+
+/// Mailbox Capabilities (32 bits, read-only): bits 4:0 give the payload
+/// size as a power of two; no interrupt support is advertised.
 pub const MB_CAP: u64 = 0x00;
+/// Mailbox Control (32 bits): bit 0 is the doorbell, set by the caller to
+/// submit a command and cleared by the device when it completed.
 pub const MB_CTRL: u64 = 0x04;
+/// Command register (64 bits): bits 15:0 opcode, bits 36:16 payload length
+/// in bytes (input on submit, output on completion).
 pub const MB_CMD: u64 = 0x08;
+/// Mailbox Status (64 bits, read-only): bits 47:32 hold the return code
+/// (`RC_*`) of the last command.
 pub const MB_STATUS: u64 = 0x10;
+/// Background Command Status (64 bits): always zero here, as no command
+/// runs in the background.
 pub const MB_BG_STATUS: u64 = 0x18;
+/// Commands Payload registers: start of the input/output payload area.
 pub const MB_PAYLOAD: u64 = 0x20;
 /// Bytes of register space: header plus payload.
 pub const MAILBOX_LEN: u64 = MB_PAYLOAD + PAYLOAD_SIZE as u64;
@@ -39,20 +55,41 @@ const CMD_LEN_SHIFT: u32 = 16;
 const CMD_LEN_MASK: u64 = (1 << 21) - 1;
 const STATUS_RC_SHIFT: u32 = 32;
 
-/// Opcodes we implement.
+// Opcodes we implement (CXL 2.0 8.2.9): the high byte is the command set,
+// the low byte the command within it.
+
+/// Get Supported Logs (Logs set 04h): lists the logs the device keeps; here
+/// only the Command Effects Log.
 pub const GET_SUPPORTED_LOGS: u16 = 0x0400;
+/// Get Log (Logs set 04h): reads part of a log by UUID; here only the CEL.
 pub const GET_LOG: u16 = 0x0401;
+/// Identify Memory Device (set 40h): firmware revision, capacities and
+/// LSA size.
 pub const IDENTIFY: u16 = 0x4000;
+/// Get LSA (Capacity Config and Label Storage set 41h): reads label
+/// storage area bytes.
 pub const GET_LSA: u16 = 0x4102;
+/// Set LSA (set 41h): writes label storage area bytes, durably.
 pub const SET_LSA: u16 = 0x4103;
+/// Get Health Info (Health Info and Alerts set 42h): health and media
+/// status and the Dirty Shutdown Count.
 pub const GET_HEALTH_INFO: u16 = 0x4200;
+/// Get Shutdown State (set 42h): reads the state byte the host last set.
 pub const GET_SHUTDOWN_STATE: u16 = 0x4203;
+/// Set Shutdown State (set 42h): the host marks itself running (dirty,
+/// bit 0 set) or cleanly shut down (bit 0 clear).
 pub const SET_SHUTDOWN_STATE: u16 = 0x4204;
 
-/// Return codes (CXL 2.0 table 150).
+// Return codes (CXL 2.0 table 150), in bits 47:32 of Mailbox Status.
+
+/// Success: the command completed and the output payload is valid.
 pub const RC_SUCCESS: u16 = 0x0000;
+/// Invalid Input: a field or the payload length of the command is wrong.
 pub const RC_INVALID_INPUT: u16 = 0x0002;
+/// Unsupported: the opcode is not implemented.
 pub const RC_UNSUPPORTED: u16 = 0x0003;
+/// Internal Error: the device failed to carry out a well-formed command
+/// (e.g. host I/O on the LSA file failed).
 pub const RC_INTERNAL_ERROR: u16 = 0x0004;
 
 /// Command Effects Log UUID 0da9c0b5-bf41-4b78-8f79-96b1623b3f17, in the
@@ -106,7 +143,9 @@ impl Health for FixedHealth {
 pub struct Commands {
     /// Persistent capacity in bytes (a multiple of [`CAPACITY_UNIT`]).
     pub capacity: u64,
+    /// The label storage area GET_LSA and SET_LSA access.
     pub lsa: Box<dyn LabelArea>,
+    /// Source of the Dirty Shutdown Count GET_HEALTH_INFO reports.
     pub health: Box<dyn Health>,
     /// Shutdown state set by the host OS (bit 0: dirty).
     shutdown_state: u8,
@@ -122,6 +161,8 @@ fn le32(b: &[u8], at: usize) -> Option<u32> {
 }
 
 impl Commands {
+    /// A device of `capacity` bytes with label area `lsa` and health
+    /// counters from `health`; the shutdown state starts at 0 (clean).
     pub fn new(capacity: u64, lsa: impl LabelArea + 'static, health: Box<dyn Health>) -> Self {
         Commands {
             capacity,
@@ -262,6 +303,7 @@ impl Commands {
 /// Errors building a mailbox.
 #[derive(Debug, thiserror::Error)]
 pub enum MailboxError {
+    /// The worker thread that runs commands could not be started.
     #[error("mailbox worker thread: {0}")]
     Spawn(#[from] std::io::Error),
 }

@@ -41,25 +41,48 @@ const SUMMED: usize = 32;
 /// Errors of the media file.
 #[derive(Debug, thiserror::Error)]
 pub enum MediaError {
+    /// A host file operation (open, lock, stat, size, read, write, sync)
+    /// failed.
     #[error("{what}: {source}")]
     Io {
+        /// The operation that failed, for the message.
         what: &'static str,
+        /// What the host reported.
         source: io::Error,
     },
+    /// The requested device size is zero, not a multiple of 4 KiB, or too
+    /// large to add the header to.
     #[error("media size {0:#x} is not a non-zero multiple of 4 KiB")]
     BadSize(u64),
+    /// The file's header does not start with [`MAGIC`].
     #[error("not a CXL media file (bad magic)")]
     Foreign,
+    /// The header's checksum does not match its contents.
     #[error("media header checksum mismatch (corrupt header)")]
     Corrupt,
+    /// The header has a layout version other than [`VERSION`].
     #[error("media header version {0} is not supported")]
     Version(u32),
+    /// The file was made for a device of another size.
     #[error("media file is for a {file:#x}-byte device, not {want:#x}")]
-    SizeMismatch { file: u64, want: u64 },
+    SizeMismatch {
+        /// Device size recorded in the header.
+        file: u64,
+        /// Device size asked for at open.
+        want: u64,
+    },
+    /// The file is shorter than a header, or than the header plus the
+    /// device size it records.
     #[error("media file is {len} bytes, shorter than its header says")]
-    Truncated { len: u64 },
+    Truncated {
+        /// The file's length in bytes.
+        len: u64,
+    },
+    /// Another process (or another open in this one) holds the file's
+    /// exclusive lock.
     #[error("media file is in use by another owner")]
     InUse,
+    /// A block index past the last block of the device.
     #[error("block {0} is beyond the media end")]
     OutOfRange(u64),
 }

@@ -23,7 +23,11 @@ use crate::mailbox::{Commands, Mailbox, MailboxError, MAILBOX_LEN};
 
 /// Size of the BAR holding both register blocks.
 pub const BAR_SIZE: u64 = 0x2_0000;
+/// BAR offset of the component register block (register locator block id
+/// [`BLOCK_COMPONENT`]).
 pub const COMPONENT_OFFSET: u64 = 0;
+/// BAR offset of the memory device register block (register locator block
+/// id [`BLOCK_MEMDEV`]).
 pub const DEVICE_OFFSET: u64 = 0x1_0000;
 const BLOCK_SIZE: u64 = 0x1_0000;
 
@@ -44,7 +48,9 @@ const MEMDEV_STATUS: u64 = (1 << 2) | (1 << 4);
 
 /// The register side of one memory device.
 pub struct DeviceRegs {
+    /// The HDM decoders behind the component block's HDM capability.
     pub hdm: HdmDecoders,
+    /// The primary mailbox of the device register block.
     pub mailbox: Mailbox,
 }
 

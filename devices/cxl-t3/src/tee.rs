@@ -28,20 +28,45 @@ pub const MAX_RANGES: usize = 65_535;
 /// Errors of the range table.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TeeError {
+    /// The range is empty, its ends are not 4 KiB aligned, or it ends past
+    /// the DPA space.
     #[error("range {start:#x}..{end:#x} is empty, unaligned to 4 KiB or beyond the device end {size:#x}")]
-    BadRange { start: u64, end: u64, size: u64 },
+    BadRange {
+        /// Requested start DPA.
+        start: u64,
+        /// Requested exclusive end DPA.
+        end: u64,
+        /// Size of the DPA space.
+        size: u64,
+    },
+    /// The range shares bytes with a range that is already keyed.
     #[error("range {start:#x}..{end:#x} overlaps range id {other}")]
-    Overlap { start: u64, end: u64, other: u16 },
+    Overlap {
+        /// Requested start DPA.
+        start: u64,
+        /// Requested exclusive end DPA.
+        end: u64,
+        /// Id of the keyed range it overlaps.
+        other: u16,
+    },
+    /// Setting a range under an id that is already keyed.
     #[error("range id {0} is already keyed (clear it first)")]
     IdInUse(u16),
+    /// Clearing or looking up an id that is not keyed.
     #[error("range id {0} is not keyed")]
     NoSuchId(u16),
+    /// A key that is neither 32 nor 64 bytes long.
     #[error("key of {0} bytes: XTS-AES-128 takes 32, XTS-AES-256 takes 64")]
     BadKeyLength(usize),
+    /// A key whose length selects the other algorithm than the one in force
+    /// (chosen explicitly, or by the keys already set).
     #[error("the table runs {0:?}; that key is for the other algorithm")]
     AlgorithmMismatch(Algorithm),
+    /// [`RangeTable::set_algorithm`] asked for a different algorithm while
+    /// ranges are keyed.
     #[error("the algorithm can change only while no range is keyed")]
     AlgorithmBusy,
+    /// The table already holds [`MAX_RANGES`] ranges.
     #[error("the table is full ({MAX_RANGES} ranges)")]
     Full,
 }
