@@ -25,7 +25,7 @@ use pmo_store::crypto::{Suite, UserKey, PAGE};
 use pmo_store::medium::{FileMedium, Medium, PmTiming, TimedMedium};
 use pmo_store::{CreateOptions, Design, DetachHandle, Perm, Store, StoreError, StoreOptions};
 use pmo_virtio::pager::{Pager, PagerError, SliceStats};
-use pmo_virtio::source::SessionSource;
+use pmo_virtio::source::{Attachment, AttachmentError};
 
 use crate::workloads::{PlainMem, Workload, WorkloadError};
 
@@ -64,6 +64,9 @@ pub enum EngineError {
         /// The plain-memory run's.
         want: u64,
     },
+    /// An attachment's psync or detach failed.
+    #[error("attachment: {0}")]
+    Attachment(#[from] AttachmentError),
     /// A PMO larger than this process can map.
     #[error("PMO of {0} bytes does not fit the address space")]
     TooLarge(usize),
@@ -297,12 +300,7 @@ impl Drop for Env {
 }
 
 /// One live attach session: the store session behind a pager slice.
-struct Attached {
-    source: Arc<SessionSource>,
-    offset: u64,
-    stats: Arc<SliceStats>,
-    npages: u64,
-}
+struct Attached(Attachment);
 
 impl Attached {
     /// The PMO's bytes in the window.
@@ -314,16 +312,17 @@ impl Attached {
     /// only installs pages that are not present yet (the kernel makes the faulting access wait)
     /// and reads dirty pages at psync, which the harness calls between iterations.
     fn window(&mut self, pager: &Pager) -> Result<&mut [u8], EngineError> {
-        let len = usize::try_from(self.npages * PAGE as u64)
+        let offset = self.0.offset();
+        let len = usize::try_from(self.0.npages() * PAGE as u64)
             .map_err(|_| EngineError::TooLarge(usize::MAX))?;
-        if self.offset + len as u64 > pager.size() {
-            return Err(EngineError::Pager(PagerError::NoSlice(self.offset)));
+        if offset + len as u64 > pager.size() {
+            return Err(EngineError::Pager(PagerError::NoSlice(offset)));
         }
         // SAFETY: `[offset, offset + len)` lies inside the pager's live anonymous mapping (checked
         // above), owned by this attachment until `detach`; see the doc comment for why exclusive
         // use holds for the caller's borrow.
         Ok(unsafe {
-            std::slice::from_raw_parts_mut((pager.host_addr() + self.offset) as *mut u8, len)
+            std::slice::from_raw_parts_mut(self.0.host_addr(pager) as *mut u8, len)
         })
     }
 }
@@ -410,7 +409,7 @@ fn run_created(
         }
         let t1 = Instant::now();
         b.stall_ns += (t1 - t).as_nanos() as u64;
-        let a = attach_one(env, &pager, name, spec, npages)?;
+        let a = attach_one(env, &pager, name, spec)?;
         b.attach_ns += t1.elapsed().as_nanos() as u64;
         b.sessions += 1;
         Ok::<_, EngineError>(a)
@@ -426,7 +425,7 @@ fn run_created(
         let last = it + 1 == iters;
         if (it + 1) % p.cadence.max(1) == 0 || last {
             let t = Instant::now();
-            b.psync_pages += psync(&pager, &cur)?;
+            b.psync_pages += cur.0.psync(&pager)?;
             b.psync_ns += t.elapsed().as_nanos() as u64;
             b.psyncs += 1;
             in_session += 1;
@@ -471,47 +470,15 @@ fn run_created(
     })
 }
 
-fn attach_one(
-    env: &Env,
-    pager: &Pager,
-    name: &str,
-    spec: &DesignSpec,
-    npages: u64,
-) -> Result<Attached, EngineError> {
+fn attach_one(env: &Env, pager: &Pager, name: &str, spec: &DesignSpec) -> Result<Attached, EngineError> {
     let session = env
         .store
         .attach_with(name, Perm::Write, &env.key, Some(spec.design))?;
-    let source = Arc::new(SessionSource::new(session, true));
-    let (offset, stats) = match pager.attach(source.clone(), npages) {
-        Ok(x) => x,
-        Err(e) => {
-            // Dropping the session runs the store's crash handler: nothing changes.
-            drop(source.take());
-            return Err(e.into());
-        }
-    };
-    let a = Attached {
-        source,
-        offset,
-        stats,
-        npages,
-    };
-    if let Some(spec) = spec.predictor {
-        pager.set_predictor(offset, Some(pmo_policies::predictor_from_name(spec)?))?;
-    }
-    Ok(a)
-}
-
-fn psync(pager: &Pager, a: &Attached) -> Result<u64, EngineError> {
-    let n = a
-        .source
-        .with(|s| {
-            pager.collect_dirty(a.offset, |pages| {
-                s.psync(pages.iter().map(|(p, d)| (*p, &**d)))
-            })
-        })
-        .ok_or(EngineError::Pager(PagerError::NoSlice(a.offset)))???;
-    Ok(n)
+    let predictor = spec
+        .predictor
+        .map(pmo_policies::predictor_from_name)
+        .transpose()?;
+    Ok(Attached(Attachment::attach(pager, session, true, predictor)?))
 }
 
 fn detach(
@@ -521,9 +488,11 @@ fn detach(
     sessions: &mut Vec<SessionPages>,
 ) -> Result<DetachHandle, EngineError> {
     use std::sync::atomic::Ordering::Relaxed;
+    let a = a.0;
     // Not timed: bookkeeping of the harness.
-    let sets = pager.page_sets(a.offset)?;
-    let late = a.stats.prefetch_late.load(Relaxed);
+    let sets = pager.page_sets(a.offset())?;
+    let stats = a.stats().clone();
+    let late = stats.prefetch_late.load(Relaxed);
     b.faults += sets.demand.len() as u64;
     b.late += late;
     sessions.push(SessionPages {
@@ -532,16 +501,11 @@ fn detach(
         late,
     });
     let t = Instant::now();
-    pager.detach(a.offset)?;
-    let s = a
-        .source
-        .take()
-        .ok_or(EngineError::Pager(PagerError::NoSlice(a.offset)))?;
-    let h = s.detach();
+    let h = a.detach(pager)?;
     b.detach_ns += t.elapsed().as_nanos() as u64;
     // After the pager detach: it reports triggers left untouched as wasted.
-    b.est.add(&a.stats);
-    b.wp_faults += a.stats.wp_faults.load(std::sync::atomic::Ordering::Relaxed);
+    b.est.add(&stats);
+    b.wp_faults += stats.wp_faults.load(Relaxed);
     Ok(h)
 }
 
