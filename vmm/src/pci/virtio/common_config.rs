@@ -148,6 +148,13 @@ impl VirtioPci {
             self.reset();
             return;
         }
+        if self.active {
+            // A driver must not clear status bits (virtio 1.2, 2.1.2); a running device only
+            // takes new ones (FAILED, say), so its status never reads 0 — "reset" — while its
+            // queues are still live. Only a write of 0 resets it.
+            self.status |= v;
+            return;
+        }
         let mut v = v;
         if v & STATUS_FEATURES_OK != 0 && self.status & STATUS_FEATURES_OK == 0 {
             let offered = self.dev.features() | VIRTIO_F_VERSION_1;
