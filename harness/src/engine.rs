@@ -321,9 +321,7 @@ impl Attached {
         // SAFETY: `[offset, offset + len)` lies inside the pager's live anonymous mapping (checked
         // above), owned by this attachment until `detach`; see the doc comment for why exclusive
         // use holds for the caller's borrow.
-        Ok(unsafe {
-            std::slice::from_raw_parts_mut(self.0.host_addr(pager) as *mut u8, len)
-        })
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.0.host_addr(pager) as *mut u8, len) })
     }
 }
 
@@ -470,7 +468,12 @@ fn run_created(
     })
 }
 
-fn attach_one(env: &Env, pager: &Pager, name: &str, spec: &DesignSpec) -> Result<Attached, EngineError> {
+fn attach_one(
+    env: &Env,
+    pager: &Pager,
+    name: &str,
+    spec: &DesignSpec,
+) -> Result<Attached, EngineError> {
     let session = env
         .store
         .attach_with(name, Perm::Write, &env.key, Some(spec.design))?;
@@ -478,7 +481,9 @@ fn attach_one(env: &Env, pager: &Pager, name: &str, spec: &DesignSpec) -> Result
         .predictor
         .map(pmo_policies::predictor_from_name)
         .transpose()?;
-    Ok(Attached(Attachment::attach(pager, session, true, predictor)?))
+    Ok(Attached(Attachment::attach(
+        pager, session, true, predictor,
+    )?))
 }
 
 fn detach(

@@ -257,6 +257,11 @@ mod tests {
             Err(AttachmentError::Pager(PagerError::WindowFull(8)))
         ));
         // The session was dropped (crash handler): the PMO is not left busy.
-        store.attach("big", Perm::Write, &key).unwrap().detach().wait().unwrap();
+        store
+            .attach("big", Perm::Write, &key)
+            .unwrap()
+            .detach()
+            .wait()
+            .unwrap();
     }
 }
