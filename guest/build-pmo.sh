@@ -6,7 +6,10 @@
 #   libpmo.a pmo.h   the C library for guest programs (musl, static)
 #   pmo              the CLI (static)
 #   pmo-bin/         every static guest program to put into the image's /bin
-#                    (pmo, pmo_list, pmo_probe, pmo_bench)
+#                    (pmo, pmo_list, pmo_probe, pmo_bench; LMDB's mtests on PMOs,
+#                    lmdb_mtest ... lmdb_mtest6, lmdb_check, lmdb_mdb_stat, from
+#                    apps/lmdb/c; and YCSB's programs from apps/ycsb/c when that
+#                    directory has a Makefile)
 #
 # Cached: nothing is rebuilt when the inputs (sources, this script, KDIR, compilers) are
 # unchanged. Builds happen in target/guest/pmo-build and target/guest/libpmo-build, so the
@@ -39,6 +42,15 @@ progs=(pmo pmo_list pmo_probe)
 outputs=("$out/pmo.ko" "$out/libpmo.a" "$out/pmo.h" "$out/pmo")
 for p in "${progs[@]}"; do outputs+=("$out/pmo-bin/$p"); done
 outputs+=("$out/pmo-bin/pmo_bench")
+lmdb_bins=(lmdb_mtest lmdb_mtest2 lmdb_mtest3 lmdb_mtest4 lmdb_mtest5 lmdb_mtest6 lmdb_check lmdb_mdb_stat)
+for p in "${lmdb_bins[@]}"; do outputs+=("$out/pmo-bin/$p"); done
+ycsb_mk="$repo/apps/ycsb/c/Makefile"
+ycsb_bins=()
+if [[ -f $ycsb_mk ]]; then
+    read -r -a ycsb_bins < <(make -s -C "$repo/apps/ycsb/c" guest-bins) ||
+        die "make -C apps/ycsb/c guest-bins failed"
+    for p in "${ycsb_bins[@]}"; do outputs+=("$out/pmo-bin/$p"); done
+fi
 
 stamp="$out/pmo-build.inputs"
 sum=$( (
@@ -48,6 +60,13 @@ sum=$( (
     musl-gcc --version | head -1
     cd "$guest" && find build-pmo.sh include driver libpmo tools bench -type f ! -name '.gitignore' -print0 |
         LC_ALL=C sort -z | xargs -0 sha256sum
+    # LMDB (fetch.sh, our patch, apps/lmdb/c) and YCSB's C side, when present.
+    cd "$repo"
+    apps=()
+    for a in apps/lmdb/fetch.sh apps/lmdb/pmo.patch apps/lmdb/c apps/ycsb/c; do
+        [[ -e $a ]] && apps+=("$a")
+    done
+    find "${apps[@]}" -type f ! -name '.gitignore' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
 ) | sha256sum | cut -d' ' -f1)
 fresh=1
 for f in "${outputs[@]}"; do [[ -f "$f" ]] || fresh=0; done
@@ -103,5 +122,32 @@ if readelf -l "$out/bench-build/pmo_bench" | grep -q INTERP; then
 fi
 cp "$out/bench-build/pmo_bench" "$out/pmo-bin/pmo_bench.tmp" && mv "$out/pmo-bin/pmo_bench.tmp" "$out/pmo-bin/pmo_bench"
 
+# 5. LMDB on PMOs (apps/lmdb/c: fetches and patches LMDB, builds its mtests on libpmo).
+log "building LMDB on PMOs: ${lmdb_bins[*]}"
+make -s -C "$repo/apps/lmdb/c" guest O="$out/lmdb-build" LIBPMO="$libbuild" >&2 ||
+    die "LMDB (apps/lmdb/c) build failed"
+copy_static() { # DIR PROG...: check each is static, copy it into pmo-bin
+    local dir=$1 p
+    shift
+    for p in "$@"; do
+        [[ -f $dir/$p ]] || die "$dir/$p was not built"
+        if readelf -l "$dir/$p" | grep -q INTERP; then
+            die "$p is dynamically linked"
+        fi
+        cp "$dir/$p" "$out/pmo-bin/$p.tmp" && mv "$out/pmo-bin/$p.tmp" "$out/pmo-bin/$p"
+    done
+}
+copy_static "$out/lmdb-build" "${lmdb_bins[@]}"
+
+# 6. YCSB on LMDB on PMOs, when apps/ycsb/c has its Makefile.
+if [[ -f $ycsb_mk ]]; then
+    log "building YCSB: ${ycsb_bins[*]}"
+    make -s -C "$repo/apps/ycsb/c" guest O="$out/ycsb-build" LIBPMO="$libbuild" \
+        LMDB="$out/lmdb-build" >&2 || die "YCSB (apps/ycsb/c) build failed"
+    copy_static "$out/ycsb-build" "${ycsb_bins[@]}"
+else
+    log "no apps/ycsb/c/Makefile: YCSB not built"
+fi
+
 echo "$sum" >"$stamp"
-log "ok: pmo.ko ($(uname -m) guest $(basename "$kdir")), libpmo.a, pmo.h, ${progs[*]} pmo_bench"
+log "ok: pmo.ko ($(uname -m) guest $(basename "$kdir")), libpmo.a, pmo.h, ${progs[*]} pmo_bench ${lmdb_bins[*]} ${ycsb_bins[*]}"

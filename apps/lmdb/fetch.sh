@@ -22,6 +22,10 @@ src=$out/src
 stamp=$src/.patched
 
 mkdir -p "$out"
+# One run at a time (cargo's build.rs and the Makefiles may call this concurrently): a second
+# run waits, then finds the tree ready.
+exec 9>"$out/.fetch.lock"
+flock 9
 if [ ! -f "$tarball" ] || ! echo "$SHA256  $tarball" | sha256sum -c --quiet - 2>/dev/null; then
     tmp=$tarball.part
     curl -fsSL --retry 3 -o "$tmp" "$URL" || {
