@@ -35,6 +35,14 @@ make -s -C guest/libpmo test
 step "pmo_bench workload kernel tests"
 make -s -C guest/bench test
 
+# The applications on PMOs (apps/): their C halves on the host, against ordinary files.
+step "LMDB on PMOs: the patch's API tests and LMDB's own mtest..mtest6 (file backend)"
+make -s -C apps/lmdb/c host-test O="$repo/target/apps/lmdb-host"
+
+step "YCSB generator and Filebench engine C tests"
+make -s -C apps/ycsb/c test O="$repo/target/apps/ycsb-host"
+make -s -C apps/filebench/c test O="$repo/target/apps/filebench-host"
+
 step "checkpatch --strict on the guest driver"
 scripts/checkpatch.sh
 

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -487,7 +488,7 @@ static void test_check_detects_damage(void)
 	struct seen seen;
 	int with_data[4], k = 0;
 	uint8_t one = 0xff;
-	char n[64];
+	char n[PATH_MAX];	/* a PMO name, or the test directory plus one */
 
 	small_cfg(&cfg, FB_VARMAIL, 40, 2, 13 * 20);
 	bench_run(&b, "damage", &cfg);
