@@ -94,6 +94,34 @@ impl VmOutcome {
         s
     }
 
+    /// The value of `key=` in a check's detail (`a=1 b=x ...`), or a panic with the report.
+    #[track_caller]
+    pub fn field<'a>(&self, detail: &'a str, key: &str) -> &'a str {
+        let prefix = format!("{key}=");
+        match detail
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(prefix.as_str()))
+        {
+            Some(v) => v,
+            None => panic!(
+                "{}",
+                self.report(&format!("no {key}= in the guest's detail {detail:?}"))
+            ),
+        }
+    }
+
+    /// [`VmOutcome::field`] as a number, or a panic with the report.
+    #[track_caller]
+    pub fn num(&self, detail: &str, key: &str) -> u64 {
+        let v = self.field(detail, key);
+        v.parse().unwrap_or_else(|_| {
+            panic!(
+                "{}",
+                self.report(&format!("{key}={v} is not a number in {detail:?}"))
+            )
+        })
+    }
+
     /// The check called `name`, or a panic listing what the guest did report.
     #[track_caller]
     pub fn check(&self, name: &str) -> &Check {

@@ -53,22 +53,6 @@ fn group() -> &'static Group {
     }
 }
 
-/// The value of `key=` in a digest detail `dbs=N entries=N fnv=HEX`, or a panic.
-#[track_caller]
-fn field<'a>(vm: &VmOutcome, detail: &'a str, key: &str) -> &'a str {
-    let prefix = format!("{key}=");
-    match detail
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix(prefix.as_str()))
-    {
-        Some(v) => v,
-        None => panic!(
-            "{}",
-            vm.report(&format!("no {key}= in the guest's detail {detail:?}"))
-        ),
-    }
-}
-
 #[test]
 fn lmdb_mtests_pass_on_pmos() {
     let vm = &group().vms[0];
@@ -102,10 +86,10 @@ fn environments_read_back_exactly_in_a_new_process() {
     for m in MTESTS {
         let d = vm.assert_ok(&format!("lmdb_mtest.{m}.reopen"));
         assert!(
-            field(vm, d, "dbs").parse::<u32>().is_ok_and(|n| n >= 1),
+            vm.field(d, "dbs").parse::<u32>().is_ok_and(|n| n >= 1),
             "{d}"
         );
-        assert_eq!(field(vm, d, "fnv").len(), 16, "{d}");
+        assert_eq!(vm.field(d, "fnv").len(), 16, "{d}");
         vm.assert_ok(&format!("lmdb_mtest.{m}.stat"));
     }
 }
@@ -142,7 +126,7 @@ fn environments_survive_a_vmm_restart() {
         let before = first.assert_ok(&format!("lmdb_mtest.{m}.final"));
         let after = second.assert_ok(&format!("lmdb_mtest_check.{m}.reopen"));
         assert_eq!(after, before, "{m}: digest after the VMM restart");
-        assert_eq!(field(first, before, "fnv").len(), 16, "{before}");
+        assert_eq!(first.field(before, "fnv").len(), 16, "{before}");
     }
 }
 

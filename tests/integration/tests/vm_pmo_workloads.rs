@@ -70,33 +70,6 @@ fn group() -> &'static Group {
     }
 }
 
-/// The value of `key=` in a `PMOBENCH` line, or a panic with the guest's report.
-#[track_caller]
-fn field<'a>(vm: &VmOutcome, detail: &'a str, key: &str) -> &'a str {
-    let prefix = format!("{key}=");
-    match detail
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix(prefix.as_str()))
-    {
-        Some(v) => v,
-        None => panic!(
-            "{}",
-            vm.report(&format!("no {key}= in the guest's line {detail:?}"))
-        ),
-    }
-}
-
-#[track_caller]
-fn num(vm: &VmOutcome, detail: &str, key: &str) -> u64 {
-    let v = field(vm, detail, key);
-    v.parse().unwrap_or_else(|_| {
-        panic!(
-            "{}",
-            vm.report(&format!("{key}={v} is not a number in {detail:?}"))
-        )
-    })
-}
-
 /// The checksums of the scenario's configurations (2dConv N=128 M=6, the others N=64, TMM
 /// T=8; LU N=48 for the design runs) by the definitions in docs/workloads.md; an independent
 /// host transcription of them printed the same values. The guest's build must agree bit for
@@ -112,7 +85,7 @@ const PINNED: [(&str, &str); 5] = [
 /// What the guest's plain-memory reference says for workload `w` in VM "wl".
 fn reference(vm: &VmOutcome, w: &str) -> String {
     let d = vm.assert_ok(&format!("pmo_workloads.{w}.ref"));
-    field(vm, d, "checksum").to_string()
+    vm.field(d, "checksum").to_string()
 }
 
 #[test]
@@ -134,15 +107,15 @@ fn every_workload_matches_plain_memory_with_1_and_2_threads() {
         for t in [1u64, 2] {
             let d = vm.assert_ok(&format!("pmo_workloads.{w}.t{t}.run"));
             assert!(d.starts_with("PMOBENCH "), "{}", vm.report(d));
-            assert_eq!(field(vm, d, "workload"), w);
-            assert_eq!(num(vm, d, "threads"), t);
-            assert_eq!(field(vm, d, "checksum"), want, "{w} t{t}: {d}");
-            assert_eq!(num(vm, d, "start"), 0, "{w} t{t}: {d}");
-            assert_eq!(num(vm, d, "done"), num(vm, d, "iters"), "{w} t{t}: {d}");
+            assert_eq!(vm.field(d, "workload"), w);
+            assert_eq!(vm.num(d, "threads"), t);
+            assert_eq!(vm.field(d, "checksum"), want, "{w} t{t}: {d}");
+            assert_eq!(vm.num(d, "start"), 0, "{w} t{t}: {d}");
+            assert_eq!(vm.num(d, "done"), vm.num(d, "iters"), "{w} t{t}: {d}");
             let v = vm.assert_ok(&format!("pmo_workloads.{w}.t{t}.verify"));
-            assert_eq!(field(vm, v, "match"), "yes", "{w} t{t}: {v}");
-            assert_eq!(field(vm, v, "checksum"), want, "{w} t{t}: {v}");
-            assert_eq!(field(vm, v, "reference"), want, "{w} t{t}: {v}");
+            assert_eq!(vm.field(v, "match"), "yes", "{w} t{t}: {v}");
+            assert_eq!(vm.field(v, "checksum"), want, "{w} t{t}: {v}");
+            assert_eq!(vm.field(v, "reference"), want, "{w} t{t}: {v}");
         }
     }
 }
@@ -153,16 +126,16 @@ fn runs_psync_several_times_and_reattach_mid_run() {
     for w in WORKLOADS {
         for t in [1u64, 2] {
             let d = vm.assert_ok(&format!("pmo_workloads.{w}.t{t}.run"));
-            let (psyncs, detaches) = (num(vm, d, "psyncs"), num(vm, d, "detaches"));
+            let (psyncs, detaches) = (vm.num(d, "psyncs"), vm.num(d, "detaches"));
             // Session size 2: a detach after every 2nd psync that is not the last, plus the
             // final detach.
             assert!(psyncs >= 3, "{w} t{t}: only {psyncs} psyncs: {d}");
-            assert_eq!(num(vm, d, "session"), 2, "{d}");
+            assert_eq!(vm.num(d, "session"), 2, "{d}");
             assert_eq!(detaches, (psyncs - 1) / 2 + 1, "{w} t{t}: {d}");
-            assert!(num(vm, d, "faults") > 0, "{w} t{t}: no host faults: {d}");
-            num(vm, d, "fault_ns"); // host-side time, another clock: present, not compared
-                                    // This VMM runs without a predictor.
-            assert_eq!(num(vm, d, "prefetched"), 0, "{w} t{t}: {d}");
+            assert!(vm.num(d, "faults") > 0, "{w} t{t}: no host faults: {d}");
+            vm.num(d, "fault_ns"); // host-side time, another clock: present, not compared
+                                   // This VMM runs without a predictor.
+            assert_eq!(vm.num(d, "prefetched"), 0, "{w} t{t}: {d}");
             // The parts are measured inside the total.
             let parts = [
                 "attach_ns",
@@ -172,9 +145,9 @@ fn runs_psync_several_times_and_reattach_mid_run() {
                 "detach_ns",
             ]
             .iter()
-            .map(|k| num(vm, d, k))
+            .map(|k| vm.num(d, k))
             .sum::<u64>();
-            assert!(parts <= num(vm, d, "total_ns"), "{w} t{t}: {d}");
+            assert!(parts <= vm.num(d, "total_ns"), "{w} t{t}: {d}");
         }
     }
 }
@@ -188,11 +161,11 @@ fn results_persist_across_a_vmm_restart() {
         let want = reference(first, w);
         for t in [1, 2] {
             let v = second.assert_ok(&format!("pmo_workloads_check.{w}.t{t}.verify"));
-            assert_eq!(field(second, v, "match"), "yes", "{w} t{t}: {v}");
-            assert_eq!(field(second, v, "checksum"), want, "{w} t{t}: {v}");
+            assert_eq!(second.field(v, "match"), "yes", "{w} t{t}: {v}");
+            assert_eq!(second.field(v, "checksum"), want, "{w} t{t}: {v}");
             assert_eq!(
-                num(second, v, "done"),
-                num(second, v, "iters"),
+                second.num(v, "done"),
+                second.num(v, "iters"),
                 "{w} t{t}: {v}"
             );
         }
@@ -202,29 +175,31 @@ fn results_persist_across_a_vmm_restart() {
 #[test]
 fn partial_run_stays_at_its_last_psync_and_resumes_after_restart() {
     let (first, second) = (&group().vms[0], &group().vms[1]);
-    let want = field(first, first.assert_ok("pmo_workloads.part.ref"), "checksum").to_string();
+    let want = first
+        .field(first.assert_ok("pmo_workloads.part.ref"), "checksum")
+        .to_string();
     let scribble = first.assert_ok("pmo_workloads.part.stop");
     assert!(
-        scribble.contains("PMOBENCH-SCRIBBLE") && num(first, scribble, "done") == STOP,
+        scribble.contains("PMOBENCH-SCRIBBLE") && first.num(scribble, "done") == STOP,
         "{}",
         first.report(scribble)
     );
     // Same boot: the writes after the last psync died with the process.
     let v = first.assert_ok("pmo_workloads.part.verify");
-    assert_eq!(num(first, v, "done"), STOP, "{v}");
-    assert_eq!(field(first, v, "match"), "yes", "{v}");
+    assert_eq!(first.num(v, "done"), STOP, "{v}");
+    assert_eq!(first.field(v, "match"), "yes", "{v}");
     // New VMM process: still there, then resumed from it.
     let v = second.assert_ok("pmo_workloads_check.part.verify");
-    assert_eq!(num(second, v, "done"), STOP, "{v}");
-    assert_eq!(field(second, v, "match"), "yes", "{v}");
+    assert_eq!(second.num(v, "done"), STOP, "{v}");
+    assert_eq!(second.field(v, "match"), "yes", "{v}");
     let r = second.assert_ok("pmo_workloads_check.part.resume");
-    assert_eq!(num(second, r, "start"), STOP, "{r}");
-    num(second, r, "prefetched"); // reported (adaptive predictor); its amount is not a contract
-    assert_eq!(num(second, r, "done"), N, "{r}");
-    assert_eq!(field(second, r, "checksum"), want, "{r}");
+    assert_eq!(second.num(r, "start"), STOP, "{r}");
+    second.num(r, "prefetched"); // reported (adaptive predictor); its amount is not a contract
+    assert_eq!(second.num(r, "done"), N, "{r}");
+    assert_eq!(second.field(r, "checksum"), want, "{r}");
     let f = second.assert_ok("pmo_workloads_check.part.final");
-    assert_eq!(field(second, f, "match"), "yes", "{f}");
-    assert_eq!(num(second, f, "done"), N, "{f}");
+    assert_eq!(second.field(f, "match"), "yes", "{f}");
+    assert_eq!(second.num(f, "done"), N, "{f}");
     let again = second.assert_ok("pmo_workloads_check.part.again");
     assert!(again.contains("finished run"), "{again}");
 }
@@ -254,33 +229,27 @@ fn verify_fails_on_changed_data() {
     let vm = &group().vms[0];
     let d = vm.assert_ok("pmo_workloads.changed");
     assert!(d.starts_with("exit 3: PMOBENCH-VERIFY "), "{d}");
-    assert_eq!(field(vm, d, "match"), "no", "{d}");
-    assert_ne!(field(vm, d, "checksum"), field(vm, d, "reference"), "{d}");
+    assert_eq!(vm.field(d, "match"), "no", "{d}");
+    assert_ne!(vm.field(d, "checksum"), vm.field(d, "reference"), "{d}");
 }
 
 #[test]
 fn every_design_gives_the_same_bits_and_reads_back_under_another() {
     let (first, second) = (&group().vms[0], &group().vms[1]);
-    let want = field(
-        first,
-        first.assert_ok("pmo_workloads.design.ref"),
-        "checksum",
-    )
-    .to_string();
+    let want = first
+        .field(first.assert_ok("pmo_workloads.design.ref"), "checksum")
+        .to_string();
     for d in DESIGNS {
         let r = first.assert_ok(&format!("pmo_workloads.design.{d}.run"));
-        assert_eq!(field(first, r, "checksum"), want, "{d}: {r}");
-        assert!(
-            num(first, r, "detaches") >= 2,
-            "{d}: no mid-run detach: {r}"
-        );
+        assert_eq!(first.field(r, "checksum"), want, "{d}: {r}");
+        assert!(first.num(r, "detaches") >= 2, "{d}: no mid-run detach: {r}");
         for (vm, name) in [
             (first, format!("pmo_workloads.design.{d}.verify")),
             (second, format!("pmo_workloads_check.design.{d}.verify")),
         ] {
             let v = vm.assert_ok(&name);
-            assert_eq!(field(vm, v, "match"), "yes", "{name}: {v}");
-            assert_eq!(field(vm, v, "checksum"), want, "{name}: {v}");
+            assert_eq!(vm.field(v, "match"), "yes", "{name}: {v}");
+            assert_eq!(vm.field(v, "checksum"), want, "{name}: {v}");
         }
     }
 }
@@ -295,7 +264,7 @@ fn partial_run_under_a_deferred_tag_design_stays_at_its_last_psync() {
         (second, "pmo_workloads_check.design.part.verify"),
     ] {
         let v = vm.assert_ok(name);
-        assert_eq!(num(vm, v, "done"), DESIGN_STOP, "{name}: {v}");
-        assert_eq!(field(vm, v, "match"), "yes", "{name}: {v}");
+        assert_eq!(vm.num(v, "done"), DESIGN_STOP, "{name}: {v}");
+        assert_eq!(vm.field(v, "match"), "yes", "{name}: {v}");
     }
 }
