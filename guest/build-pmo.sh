@@ -8,8 +8,9 @@
 #   pmo-bin/         every static guest program to put into the image's /bin
 #                    (pmo, pmo_list, pmo_probe, pmo_bench; LMDB's mtests on PMOs,
 #                    lmdb_mtest ... lmdb_mtest6, lmdb_check, lmdb_mdb_stat, from
-#                    apps/lmdb/c; and YCSB's programs from apps/ycsb/c when that
-#                    directory has a Makefile)
+#                    apps/lmdb/c; YCSB's programs from apps/ycsb/c when that
+#                    directory has a Makefile; Filebench's fb_pmo from
+#                    apps/filebench/c)
 #
 # Cached: nothing is rebuilt when the inputs (sources, this script, KDIR, compilers) are
 # unchanged. Builds happen in target/guest/pmo-build and target/guest/libpmo-build, so the
@@ -51,6 +52,12 @@ if [[ -f $ycsb_mk ]]; then
         die "make -C apps/ycsb/c guest-bins failed"
     for p in "${ycsb_bins[@]}"; do outputs+=("$out/pmo-bin/$p"); done
 fi
+fb_dir="$repo/apps/filebench/c"
+[[ -f $fb_dir/Makefile ]] || die "apps/filebench/c/Makefile missing"
+fb_list=$(make -s -C "$fb_dir" guest-bins) || die "make -C apps/filebench/c guest-bins failed"
+read -r -a fb_bins <<<"${fb_list//$'\n'/ }"
+[[ ${#fb_bins[@]} -gt 0 ]] || die "make -C apps/filebench/c guest-bins printed no programs"
+for p in "${fb_bins[@]}"; do outputs+=("$out/pmo-bin/$p"); done
 
 stamp="$out/pmo-build.inputs"
 sum=$( (
@@ -60,10 +67,10 @@ sum=$( (
     musl-gcc --version | head -1
     cd "$guest" && find build-pmo.sh include driver libpmo tools bench -type f ! -name '.gitignore' -print0 |
         LC_ALL=C sort -z | xargs -0 sha256sum
-    # LMDB (fetch.sh, our patch, apps/lmdb/c) and YCSB's C side, when present.
+    # LMDB (fetch.sh, our patch, apps/lmdb/c), YCSB's and Filebench's C sides, when present.
     cd "$repo"
     apps=()
-    for a in apps/lmdb/fetch.sh apps/lmdb/pmo.patch apps/lmdb/c apps/ycsb/c; do
+    for a in apps/lmdb/fetch.sh apps/lmdb/pmo.patch apps/lmdb/c apps/ycsb/c apps/filebench/c; do
         [[ -e $a ]] && apps+=("$a")
     done
     find "${apps[@]}" -type f ! -name '.gitignore' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
@@ -149,5 +156,11 @@ else
     log "no apps/ycsb/c/Makefile: YCSB not built"
 fi
 
+# 7. Filebench's personalities on PMOs (apps/filebench/c: fb_pmo, one PMO per file).
+log "building Filebench: ${fb_bins[*]}"
+make -s -C "$fb_dir" guest O="$out/filebench-build" LIBPMO="$libbuild" >&2 ||
+    die "Filebench (apps/filebench/c) build failed"
+copy_static "$out/filebench-build" "${fb_bins[@]}"
+
 echo "$sum" >"$stamp"
-log "ok: pmo.ko ($(uname -m) guest $(basename "$kdir")), libpmo.a, pmo.h, ${progs[*]} pmo_bench ${lmdb_bins[*]} ${ycsb_bins[*]}"
+log "ok: pmo.ko ($(uname -m) guest $(basename "$kdir")), libpmo.a, pmo.h, ${progs[*]} pmo_bench ${lmdb_bins[*]} ${ycsb_bins[*]} ${fb_bins[*]}"
