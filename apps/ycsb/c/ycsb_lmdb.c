@@ -29,175 +29,31 @@
  * self-describing field format); --dump also prints
  * "RECORD <key> <keynum> <v0> .. <v9>" (the version of each field).
  * Exit status: 0, 1 on errors (or corrupt records for --check), 2 on usage.
+ *
+ * Files: this one runs the workload on LMDB (workers, load and run phases,
+ * --check, opening the environment and its PMO backend) and holds main();
+ * ycsb_cli.c parses the command line into struct config (ycsb_config.h);
+ * ycsb_report.c keeps the latency histograms and prints the output lines;
+ * ycsb.c is the workload generator.
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "lmdb.h"
 #include "ycsb.h"
+#include "ycsb_cli.h"
+#include "ycsb_config.h"
+#include "ycsb_report.h"
 
 #ifdef YCSB_WITH_PMO
 #include "pmo_libpmo.h"
 #endif
-
-#define KEY_FILE_MAX	64	/* PMO keys are 1..64 bytes */
-
-struct config {
-	struct ycsb_workload w;
-	uint64_t records, ops, seed, batch, load_batch, map_size;
-	uint32_t threads;
-	int load, run, check, dump, write_all, verify, nosync, log_commits;
-	const char *dir, *csv, *pmo_keyfile;
-};
-
-/* ---- latency histograms ------------------------------------------------- */
-
-/*
- * Log-linear buckets of nanoseconds: exact below 128 ns, then 64 buckets per
- * power of two (at most 1/64 relative error), up to 2^48 ns.
- */
-#define H_EXACT		128
-#define H_SUB		64
-#define H_MAX_MSB	47
-#define H_BUCKETS	(H_EXACT + (H_MAX_MSB - 6) * H_SUB)
-
-enum status { ST_OK, ST_NOT_FOUND, ST_ERROR, ST_COUNT };
-
-struct hist {
-	uint64_t count, sum_ns, min_ns, max_ns;
-	uint64_t status[ST_COUNT];
-	uint64_t b[H_BUCKETS];
-};
-
-static unsigned int hist_index(uint64_t v)
-{
-	int msb, e;
-
-	if (v < H_EXACT)
-		return (unsigned int)v;
-	msb = 63 - __builtin_clzll(v);
-	if (msb > H_MAX_MSB) {
-		v = (1ULL << (H_MAX_MSB + 1)) - 1;
-		msb = H_MAX_MSB;
-	}
-	e = msb - 6;
-	return (unsigned int)(H_EXACT + (e - 1) * H_SUB + (int)((v >> e) - H_SUB));
-}
-
-/* The largest value that lands in bucket @idx. */
-static uint64_t hist_upper(unsigned int idx)
-{
-	unsigned int e, m;
-
-	if (idx < H_EXACT)
-		return idx;
-	e = (idx - H_EXACT) / H_SUB + 1;
-	m = (idx - H_EXACT) % H_SUB + H_SUB;
-	return ((uint64_t)(m + 1) << e) - 1;
-}
-
-static void hist_add(struct hist *h, uint64_t ns, enum status st)
-{
-	if (h->count == 0 || ns < h->min_ns)
-		h->min_ns = ns;
-	if (ns > h->max_ns)
-		h->max_ns = ns;
-	h->count++;
-	h->sum_ns += ns;
-	h->status[st]++;
-	h->b[hist_index(ns)]++;
-}
-
-static void hist_merge(struct hist *into, const struct hist *h)
-{
-	if (h->count == 0)
-		return;
-	if (into->count == 0 || h->min_ns < into->min_ns)
-		into->min_ns = h->min_ns;
-	if (h->max_ns > into->max_ns)
-		into->max_ns = h->max_ns;
-	into->count += h->count;
-	into->sum_ns += h->sum_ns;
-	for (int i = 0; i < ST_COUNT; i++)
-		into->status[i] += h->status[i];
-	for (int i = 0; i < H_BUCKETS; i++)
-		into->b[i] += h->b[i];
-}
-
-/* The @pct-th percentile in ns: the upper end of its bucket, at most the maximum. */
-static uint64_t hist_percentile(const struct hist *h, double pct)
-{
-	uint64_t rank = (uint64_t)((pct / 100.0) * (double)h->count + 0.999999), seen = 0;
-
-	if (rank == 0)
-		rank = 1;
-	for (unsigned int i = 0; i < H_BUCKETS; i++) {
-		seen += h->b[i];
-		if (seen >= rank) {
-			uint64_t v = hist_upper(i);
-
-			return v < h->max_ns ? v : h->max_ns;
-		}
-	}
-	return h->max_ns;
-}
-
-/* ---- output ------------------------------------------------------------- */
-
-static FILE *csv_out;
-
-static void emit(const char *section, const char *metric, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void emit(const char *section, const char *metric, const char *fmt, ...)
-{
-	char val[64];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(val, sizeof(val), fmt, ap);
-	va_end(ap);
-	printf("[%s], %s, %s\n", section, metric, val);
-	if (csv_out)
-		fprintf(csv_out, "%s,%s,%s\n", section, metric, val);
-}
-
-static void emit_hist(const char *section, const struct hist *h)
-{
-	emit(section, "Operations", "%" PRIu64, h->count);
-	emit(section, "AverageLatency(us)", "%.3f",
-	     h->count ? (double)h->sum_ns / (double)h->count / 1000.0 : 0.0);
-	emit(section, "MinLatency(us)", "%.1f", (double)h->min_ns / 1000.0);
-	emit(section, "MaxLatency(us)", "%.1f", (double)h->max_ns / 1000.0);
-	emit(section, "50thPercentileLatency(us)", "%.1f",
-	     (double)hist_percentile(h, 50) / 1000.0);
-	emit(section, "95thPercentileLatency(us)", "%.1f",
-	     (double)hist_percentile(h, 95) / 1000.0);
-	emit(section, "99thPercentileLatency(us)", "%.1f",
-	     (double)hist_percentile(h, 99) / 1000.0);
-	emit(section, "Return=OK", "%" PRIu64, h->status[ST_OK]);
-	if (h->status[ST_NOT_FOUND])
-		emit(section, "Return=NOT_FOUND", "%" PRIu64, h->status[ST_NOT_FOUND]);
-	if (h->status[ST_ERROR])
-		emit(section, "Return=ERROR", "%" PRIu64, h->status[ST_ERROR]);
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- one worker: its generator, txns and pending commits ---------------- */
 
@@ -650,6 +506,8 @@ static int run_phase(const struct config *cfg, MDB_env *env, MDB_dbi dbi)
 	return ret;
 }
 
+/* ---- --check: verify and dump the database ------------------------------ */
+
 static int check_db(const struct config *cfg, MDB_env *env, MDB_dbi dbi)
 {
 	MDB_txn *txn;
@@ -697,178 +555,7 @@ static int check_db(const struct config *cfg, MDB_env *env, MDB_dbi dbi)
 	return bad || rc != MDB_NOTFOUND ? 1 : 0;
 }
 
-/* ---- command line ------------------------------------------------------- */
-
-static void usage(void)
-{
-	fprintf(stderr,
-		"usage: ycsb_lmdb --workload a..f --dir DIR [--file | --pmo KEYFILE]\n"
-		"         [--records N] [--ops N] [--threads N] [--seed S] [--batch N]\n"
-		"         [--load-batch N] [--phase load|run|both] [--write-all-fields]\n"
-		"         [--verify] [--nosync] [--map-size SIZE] [--csv FILE] [--log-commits]\n"
-		"       ycsb_lmdb --check [--dump] --dir DIR [--file | --pmo KEYFILE]\n");
-	exit(2);
-}
-
-/* A decimal number with an optional K/M/G/T (binary) suffix, > 0. */
-static uint64_t parse_num(const char *opt, const char *s, int suffix)
-{
-	char *end;
-	unsigned long long v;
-	unsigned int shift = 0;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (suffix && *end) {
-		switch (*end) {
-		case 'K': case 'k': shift = 10; break;
-		case 'M': case 'm': shift = 20; break;
-		case 'G': case 'g': shift = 30; break;
-		case 'T': case 't': shift = 40; break;
-		default: shift = 64; break;
-		}
-		end++;
-	}
-	if (errno || end == s || *end || *s == '-' || shift >= 64 || v == 0 ||
-	    v > (UINT64_MAX >> shift)) {
-		fprintf(stderr, "ycsb_lmdb: bad number for %s: '%s'\n", opt, s);
-		exit(2);
-	}
-	return (uint64_t)v << shift;
-}
-
-static void parse_args(int argc, char **argv, struct config *cfg)
-{
-	enum { O_RECORDS = 256, O_OPS, O_THREADS, O_SEED, O_CSV, O_LOG, O_DIR, O_PMO, O_FILE,
-	       O_BATCH, O_LBATCH, O_PHASE, O_WALL, O_VERIFY, O_NOSYNC, O_MAP, O_CHECK, O_DUMP };
-	static const struct option opts[] = {
-		{ "workload", required_argument, NULL, 'w' },
-		{ "records", required_argument, NULL, O_RECORDS },
-		{ "ops", required_argument, NULL, O_OPS },
-		{ "threads", required_argument, NULL, O_THREADS },
-		{ "seed", required_argument, NULL, O_SEED },
-		{ "csv", required_argument, NULL, O_CSV },
-		{ "log-commits", no_argument, NULL, O_LOG },
-		{ "dir", required_argument, NULL, O_DIR },
-		{ "pmo", required_argument, NULL, O_PMO },
-		{ "file", no_argument, NULL, O_FILE },
-		{ "batch", required_argument, NULL, O_BATCH },
-		{ "load-batch", required_argument, NULL, O_LBATCH },
-		{ "phase", required_argument, NULL, O_PHASE },
-		{ "write-all-fields", no_argument, NULL, O_WALL },
-		{ "verify", no_argument, NULL, O_VERIFY },
-		{ "nosync", no_argument, NULL, O_NOSYNC },
-		{ "map-size", required_argument, NULL, O_MAP },
-		{ "check", no_argument, NULL, O_CHECK },
-		{ "dump", no_argument, NULL, O_DUMP },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	int c, have_workload = 0, have_file = 0;
-
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->records = 1000;
-	cfg->ops = 1000;
-	cfg->threads = 1;
-	cfg->seed = 1;
-	cfg->batch = 1;
-	cfg->load_batch = 1000;
-	cfg->load = cfg->run = 1;
-
-	while ((c = getopt_long(argc, argv, "w:h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'w':
-			if (ycsb_workload_parse(optarg, &cfg->w)) {
-				fprintf(stderr, "ycsb_lmdb: unknown workload '%s' (a..f)\n", optarg);
-				exit(2);
-			}
-			have_workload = 1;
-			break;
-		case O_RECORDS: cfg->records = parse_num("--records", optarg, 0); break;
-		case O_OPS: cfg->ops = parse_num("--ops", optarg, 0); break;
-		case O_THREADS:
-			cfg->threads = (uint32_t)parse_num("--threads", optarg, 0);
-			if (cfg->threads > YCSB_MAX_THREADS) {
-				fprintf(stderr, "ycsb_lmdb: at most %u threads\n", YCSB_MAX_THREADS);
-				exit(2);
-			}
-			break;
-		case O_SEED:
-			/* 0 is a fine seed: parse it by hand. */
-			cfg->seed = strcmp(optarg, "0") ? parse_num("--seed", optarg, 0) : 0;
-			break;
-		case O_CSV: cfg->csv = optarg; break;
-		case O_LOG: cfg->log_commits = 1; break;
-		case O_DIR: cfg->dir = optarg; break;
-		case O_PMO: cfg->pmo_keyfile = optarg; break;
-		case O_FILE: have_file = 1; break;
-		case O_BATCH: cfg->batch = parse_num("--batch", optarg, 0); break;
-		case O_LBATCH: cfg->load_batch = parse_num("--load-batch", optarg, 0); break;
-		case O_PHASE:
-			if (!strcmp(optarg, "load")) {
-				cfg->load = 1;
-				cfg->run = 0;
-			} else if (!strcmp(optarg, "run")) {
-				cfg->load = 0;
-				cfg->run = 1;
-			} else if (!strcmp(optarg, "both")) {
-				cfg->load = cfg->run = 1;
-			} else {
-				usage();
-			}
-			break;
-		case O_WALL: cfg->write_all = 1; break;
-		case O_VERIFY: cfg->verify = 1; break;
-		case O_NOSYNC: cfg->nosync = 1; break;
-		case O_MAP: cfg->map_size = parse_num("--map-size", optarg, 1); break;
-		case O_CHECK: cfg->check = 1; break;
-		case O_DUMP: cfg->dump = 1; break;
-		default: usage();
-		}
-	}
-	if (optind != argc || !cfg->dir || (have_file && cfg->pmo_keyfile) ||
-	    (!cfg->check && !have_workload) || (cfg->dump && !cfg->check) ||
-	    cfg->batch > (1ULL << 24) || cfg->load_batch > (1ULL << 24) ||
-	    cfg->records > YCSB_MAX_RECORDS || cfg->ops > YCSB_MAX_RECORDS)
-		usage();
-	if (cfg->w.dist == YCSB_DIST_LATEST && cfg->records < 2 && !cfg->check) {
-		fprintf(stderr, "ycsb_lmdb: workload d needs at least 2 records\n");
-		exit(2);
-	}
-	if (!cfg->map_size) {
-		/* Room for the records, the run's inserts and LMDB's copy-on-write pages. */
-		cfg->map_size = (64ULL << 20) + (cfg->records + cfg->ops) * 4096ULL;
-	}
-}
-
-#ifdef YCSB_WITH_PMO
-/* The PMO key: the file's bytes without a trailing newline, 1..64 bytes. */
-static int read_key(const char *path, char key[KEY_FILE_MAX + 1])
-{
-	char buf[KEY_FILE_MAX + 3];
-	FILE *f = fopen(path, "r");
-	size_t n;
-
-	if (!f) {
-		fprintf(stderr, "ycsb_lmdb: key file %s: %s\n", path, strerror(errno));
-		return -1;
-	}
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	if (n && buf[n - 1] == '\n')
-		n--;
-	if (n && buf[n - 1] == '\r')
-		n--;
-	if (n == 0 || n > KEY_FILE_MAX || memchr(buf, '\0', n)) {
-		fprintf(stderr, "ycsb_lmdb: key file %s: the key must be 1..%d bytes\n", path,
-			KEY_FILE_MAX);
-		return -1;
-	}
-	memcpy(key, buf, n);
-	key[n] = '\0';
-	return 0;
-}
-#endif
+/* ---- the environment: plain files or a PMO ------------------------------ */
 
 #ifdef YCSB_WITH_PMO
 /* The libpmo backend; it holds a copy of the key until pmo_release(). */
@@ -956,31 +643,37 @@ static int open_env(const struct config *cfg, MDB_env **envp, MDB_dbi *dbi,
 	return 0;
 }
 
+/* ---- main --------------------------------------------------------------- */
+
+/* The run's settings as the first rows of the CSV file. */
+static void csv_config(const struct config *cfg)
+{
+	emit_csv("CONFIG", "Workload", "%c", cfg->w.name);
+	emit_csv("CONFIG", "Records", "%" PRIu64, cfg->records);
+	emit_csv("CONFIG", "Operations", "%" PRIu64, cfg->ops);
+	emit_csv("CONFIG", "Threads", "%u", cfg->threads);
+	emit_csv("CONFIG", "Seed", "%" PRIu64, cfg->seed);
+	emit_csv("CONFIG", "Batch", "%" PRIu64, cfg->batch);
+	emit_csv("CONFIG", "Backend", "%s", cfg->pmo_keyfile ? "pmo" : "file");
+}
+
 int main(int argc, char **argv)
 {
 	struct config cfg;
 	char key[KEY_FILE_MAX + 1] = "";
 	MDB_env *env;
 	MDB_dbi dbi;
-	int ret = 0;
+	int ret = 0, rc;
 
 	parse_args(argc, argv, &cfg);
 	if (cfg.csv) {
-		csv_out = fopen(cfg.csv, "w");
-		if (!csv_out) {
-			fprintf(stderr, "ycsb_lmdb: %s: %s\n", cfg.csv, strerror(errno));
+		rc = emit_open_csv(cfg.csv);
+		if (rc) {
+			fprintf(stderr, "ycsb_lmdb: %s: %s\n", cfg.csv, strerror(-rc));
 			return 1;
 		}
-		fprintf(csv_out, "section,metric,value\n");
-		if (!cfg.check) {
-			fprintf(csv_out, "CONFIG,Workload,%c\n", cfg.w.name);
-			fprintf(csv_out, "CONFIG,Records,%" PRIu64 "\n", cfg.records);
-			fprintf(csv_out, "CONFIG,Operations,%" PRIu64 "\n", cfg.ops);
-			fprintf(csv_out, "CONFIG,Threads,%u\n", cfg.threads);
-			fprintf(csv_out, "CONFIG,Seed,%" PRIu64 "\n", cfg.seed);
-			fprintf(csv_out, "CONFIG,Batch,%" PRIu64 "\n", cfg.batch);
-			fprintf(csv_out, "CONFIG,Backend,%s\n", cfg.pmo_keyfile ? "pmo" : "file");
-		}
+		if (!cfg.check)
+			csv_config(&cfg);
 	}
 	if (open_env(&cfg, &env, &dbi, key)) {
 		pmo_release();
@@ -998,8 +691,9 @@ int main(int argc, char **argv)
 	}
 	mdb_env_close(env);
 	pmo_release();
-	if (csv_out && fclose(csv_out)) {
-		fprintf(stderr, "ycsb_lmdb: %s: %s\n", cfg.csv, strerror(errno));
+	rc = emit_close_csv();
+	if (rc) {
+		fprintf(stderr, "ycsb_lmdb: %s: %s\n", cfg.csv, strerror(-rc));
 		ret = 1;
 	}
 	fflush(stdout);
