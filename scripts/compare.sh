@@ -2,13 +2,16 @@
 # The PMO design comparison of issue 5 in one command (see docs/compare.md).
 #
 # Builds the harness with --release, runs the whole matrix (designs wedi, sp-id = the papers' O,
-# d, d2, d4, d8, adaptive; without and with integrity; 1 and 2 threads; six workloads), prints
-# the tables and writes target/compare/{compare.md,compare.csv,compare.png}.
+# d, d2, d4, d8, adaptive; without and with integrity; 1 and 2 threads; six microbenchmarks,
+# YCSB A-F on LMDB and four Filebench personalities, the applications also on their unencrypted
+# floor), prints the tables and writes target/compare/{compare.md,compare.csv,compare.png}.
 #
-#   scripts/compare.sh             full sizes, three rounds (about 6 minutes on 2 cores)
-#   scripts/compare.sh --quick     tiny sizes, one round (seconds; numbers not meaningful)
-#   scripts/compare.sh --pm-model  the PM timing model on the medium (default: DRAM-backed file)
-# Other flags go to pmo-compare: --workloads a,b --threads 1,2 --session S --repeat R.
+#   scripts/compare.sh               full sizes, three rounds (about 28 minutes on 2 cores)
+#   scripts/compare.sh --apps micro  the microbenchmarks alone (about 6 minutes)
+#   scripts/compare.sh --quick       tiny sizes, one round (seconds; numbers not meaningful)
+#   scripts/compare.sh --pm-model    the PM timing model on the medium (default: DRAM-backed file)
+# Other flags go to pmo-compare: --apps micro,ycsb,filebench --workloads a,b --threads 1,2
+# --session S --repeat R.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -2,8 +2,9 @@
 """Stacked-bar plot of the design comparison (issue 5) from pmo-compare's CSV.
 
 One panel per workload, one bar per design and integrity setting (1 thread), each bar split
-into compute, fault overhead, psync, detach, attach and attach stall, normalized to O (sp-id)
-of the same integrity setting, like the papers' figures.
+into compute, fault overhead, psync, detach, attach, attach stall and (the applications'
+files) PMO create/destroy, normalized to O (sp-id) of the same integrity setting, like the
+papers' figures.
 
 Usage: plot_compare.py compare.csv compare.png
 """
@@ -22,6 +23,8 @@ PARTS = [
     ("detach_ns", "detach", "#c44e52"),
     ("attach_ns", "attach", "#8172b3"),
     ("stall_ns", "attach stall", "#937860"),
+    # PMO create/destroy during the run (the applications' files); absent in older CSVs.
+    ("create_ns", "create/destroy", "#8c8c8c"),
 ]
 
 
@@ -56,7 +59,7 @@ def main(src, dst):
                     continue
                 bottom = 0.0
                 for key, name, color in PARTS:
-                    h = float(r[key]) / o_total
+                    h = float(r.get(key) or 0) / o_total
                     ax.bar(x, h, bottom=bottom, color=color,
                            label=name if (i == 0 and x == 0) else None)
                     bottom += h

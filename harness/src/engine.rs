@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use pmo_host::{HostConfig, HostError, PmoHost};
 use pmo_store::crypto::{Suite, UserKey, PAGE};
 use pmo_store::medium::{FileMedium, Medium, PmTiming, TimedMedium};
 use pmo_store::{CreateOptions, Design, DetachHandle, Perm, Store, StoreError, StoreOptions};
@@ -133,6 +134,9 @@ pub struct Breakdown {
     pub psync_ns: u64,
     /// Pager detach plus the nonblocking `Session::detach` call.
     pub detach_ns: u64,
+    /// Creating and destroying PMOs during the run (the applications' files; 0 for the
+    /// microbenchmarks, whose PMO is made before the run).
+    pub create_ns: u64,
     /// Attach sessions in the run.
     pub sessions: u64,
     /// Psyncs in the run.
@@ -148,6 +152,10 @@ pub struct Breakdown {
     pub wp_faults: u64,
     /// The pager's own prediction counters, summed over sessions (for its estimate).
     pub est: EstCounters,
+    /// Time the pager's fault threads spent serving the demand faults (`SliceStats::
+    /// fault_ns_total`): the part of "fault" spent in the fill and install, without the
+    /// faulting thread's wait for a fault thread to pick the fault up.
+    pub fault_service_ns: u64,
 }
 
 /// The `SliceStats` counters behind `SliceStats::estimate`, summed over a run's sessions, so the
@@ -192,7 +200,12 @@ impl EstCounters {
 impl Breakdown {
     /// Everything but compute: what the run cost end to end.
     pub fn total_ns(&self) -> u64 {
-        self.attach_ns + self.stall_ns + self.workload_ns + self.psync_ns + self.detach_ns
+        self.attach_ns
+            + self.stall_ns
+            + self.workload_ns
+            + self.psync_ns
+            + self.detach_ns
+            + self.create_ns
     }
 }
 
@@ -238,6 +251,12 @@ pub const PM_MODEL: PmTiming = PmTiming {
 impl Env {
     /// A store big enough for PMOs of up to `max_pmo` bytes, one at a time.
     pub fn new(max_pmo: usize, pm_model: bool) -> Result<Env, EngineError> {
+        // Primaries, tree and TSC take a little over twice the data; leave room for three.
+        Env::sized((max_pmo as u64) * 3 + (32 << 20), 64, pm_model)
+    }
+
+    /// A store of `len` bytes with `slots` PMO table slots (the most PMOs it holds).
+    pub fn sized(len: u64, slots: u32, pm_model: bool) -> Result<Env, EngineError> {
         // Unique per Env: two stores on one file would truncate each other's mapping.
         static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -252,8 +271,6 @@ impl Env {
         let dir = base.join(format!("pmo-compare-{}-{seq}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         let path = dir.join("store.img");
-        // Primaries, tree and TSC take a little over twice the data; leave room for three.
-        let len = (max_pmo as u64) * 3 + (32 << 20);
         let file = FileMedium::create(&path, len)?;
         let (medium, desc): (Arc<dyn Medium>, String) = if pm_model {
             (
@@ -277,21 +294,71 @@ impl Env {
         let store = Store::create(
             medium,
             StoreOptions {
-                slots: Some(64),
+                slots: Some(slots),
                 kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
                 ..Default::default()
             },
         )?;
         Ok(Env {
             store,
-            key: UserKey::new(b"pmo-compare benchmark key")
-                .map_err(|e| EngineError::Store(e.into()))?,
+            key: UserKey::new(KEY).map_err(|e| EngineError::Store(e.into()))?,
             dir,
             medium: desc,
             next: 0,
         })
     }
 }
+
+impl Env {
+    /// A [`PmoHost`] on this store with the benchmark key: what the applications' cells attach
+    /// their PMOs through.
+    pub fn host(&self, config: HostConfig) -> Result<PmoHost, HostError> {
+        let key = UserKey::new(KEY).map_err(|e| HostError::Store(e.into()))?;
+        PmoHost::new(self.store.clone(), key, config)
+    }
+
+    /// The directory the store file is in (removed with the Env): scratch space of a cell.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// Writes `bytes` (whole pages; the rest of the PMO stays as it is) into PMO `name` in one
+    /// psync of a store session of design `d`: contents a program wrote before the measured
+    /// run, without the pager.
+    pub fn fill(&self, name: &str, bytes: &[u8]) -> Result<(), EngineError> {
+        let s = self
+            .store
+            .attach_with(name, Perm::Write, &self.key, Some(Design::D))?;
+        s.psync(
+            bytes
+                .chunks_exact(PAGE)
+                .enumerate()
+                .filter_map(|(i, c)| <&[u8; PAGE]>::try_from(c).ok().map(|a| (i as u64, a))),
+        )?;
+        s.detach().wait()?;
+        Ok(())
+    }
+
+    /// Every page of PMO `name` as psynced, read through a fresh store session (not the pager).
+    pub fn read_back(&self, name: &str) -> Result<Vec<u8>, EngineError> {
+        let s = self
+            .store
+            .attach_with(name, Perm::Read, &self.key, Some(Design::D))?;
+        let len = usize::try_from(s.pages() * PAGE as u64)
+            .map_err(|_| EngineError::TooLarge(usize::MAX))?;
+        let mut out = vec![0u8; len];
+        for (i, page) in out.chunks_exact_mut(PAGE).enumerate() {
+            if let Ok(pg) = <&mut [u8; PAGE]>::try_from(page) {
+                s.fault(i as u64, pg)?;
+            }
+        }
+        s.detach().wait()?;
+        Ok(out)
+    }
+}
+
+/// The user key of every benchmark PMO.
+const KEY: &[u8] = b"pmo-compare benchmark key";
 
 impl Drop for Env {
     fn drop(&mut self) {
@@ -511,6 +578,7 @@ fn detach(
     // After the pager detach: it reports triggers left untouched as wasted.
     b.est.add(&stats);
     b.wp_faults += stats.wp_faults.load(Relaxed);
+    b.fault_service_ns += stats.fault_ns_total.load(Relaxed);
     Ok(h)
 }
 

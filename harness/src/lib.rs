@@ -5,9 +5,12 @@
 //! the comparison (workload × design × integrity × threads) through the real store and pager and
 //! times it the way the papers break execution time down; [`metrics`] computes exact prediction
 //! accuracy, coverage and timeliness from the pager's page sets; [`report`] prints the tables,
-//! the CSV and the targets. `scripts/compare.sh` runs the whole matrix; see
+//! the CSV and the targets. [`apps`] runs the real applications (YCSB A-F on LMDB,
+//! Filebench's four personalities) through a `pmo_host::PmoHost` for every design, and on the
+//! floor a tenant would otherwise use. `scripts/compare.sh` runs the whole matrix; see
 //! docs/compare.md.
 
+pub mod apps;
 pub mod engine;
 pub mod metrics;
 pub mod pmalloc;

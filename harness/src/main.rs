@@ -1,17 +1,18 @@
 //! `pmo-compare`: runs the design comparison matrix and writes compare.{md,csv} (the PNG is
 //! drawn from the CSV by scripts/plot_compare.py; scripts/compare.sh runs both).
 //!
-//! Usage: `pmo-compare [--quick] [--pm-model] [--out DIR] [--workloads a,b,..]
-//! [--threads 1,2] [--session S] [--cadence C] [--size N] [--repeat R]`
+//! Usage: `pmo-compare [--quick] [--pm-model] [--out DIR] [--apps micro,ycsb,filebench]
+//! [--workloads a,b,..] [--threads 1,2] [--session S] [--cadence C] [--size N] [--repeat R]`
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use pmo_harness::engine::{self, design_specs, Env, RunParams};
+use pmo_harness::apps::{self, App};
+use pmo_harness::engine::{self, design_specs, CellResult, Env, RunParams};
 use pmo_harness::metrics;
 use pmo_harness::report::{Report, Row};
-use pmo_harness::workloads::{Workload, NAMES};
+use pmo_harness::workloads::{self, Workload};
 
 /// Errors of the command line.
 #[derive(Debug, thiserror::Error)]
@@ -22,27 +23,54 @@ enum CliError {
     Missing(&'static str),
     #[error("bad value {1:?} for {0}")]
     Bad(&'static str, String),
+    #[error("no workload left: --workloads names none of the --apps groups")]
+    Empty,
     #[error("{0}")]
     Engine(#[from] engine::EngineError),
+    #[error("{0}: the floor failed: {1}")]
+    Floor(&'static str, apps::AppError),
     #[error("{0}: two plain-memory runs gave different checksums")]
     Nondeterministic(&'static str),
     #[error("write {0}: {1}")]
     Write(PathBuf, std::io::Error),
 }
 
+/// The `--apps` groups.
+const GROUPS: [&str; 3] = ["micro", "ycsb", "filebench"];
+
 struct Args {
     quick: bool,
     pm_model: bool,
     out: PathBuf,
-    workloads: Vec<&'static str>,
+    /// The `--apps` groups chosen (default: all).
+    groups: Option<Vec<&'static str>>,
+    /// `--workloads`, by name (default: every workload of the groups).
+    workloads: Option<Vec<&'static str>>,
     threads: Vec<usize>,
     session: u64,
     /// Iterations per psync; default: each workload's `default_cadence` (about 8 psyncs a run).
     cadence: Option<u64>,
-    /// Main size of every workload (`Workload::with_size`); default: the preset.
+    /// Main size of every microbenchmark (`Workload::with_size`); default: the preset.
     size: Option<usize>,
-    /// Rounds over the matrix (each cell keeps its shortest run); default 3, 1 with --quick.
+    /// Rounds over the matrix (each cell's median run is reported); default 3, 1 with --quick.
     repeat: Option<usize>,
+}
+
+/// Splits a comma list, each item one of `known`.
+fn names(
+    flag: &'static str,
+    v: &str,
+    known: &[&'static str],
+) -> Result<Vec<&'static str>, CliError> {
+    v.split(',')
+        .map(|w| {
+            known
+                .iter()
+                .find(|n| **n == w.trim())
+                .copied()
+                .ok_or_else(|| CliError::Bad(flag, w.to_string()))
+        })
+        .collect()
 }
 
 fn parse() -> Result<Args, CliError> {
@@ -50,13 +78,19 @@ fn parse() -> Result<Args, CliError> {
         quick: false,
         pm_model: false,
         out: PathBuf::from("target/compare"),
-        workloads: NAMES.to_vec(),
+        groups: None,
+        workloads: None,
         threads: vec![1, 2],
         session: 2,
         cadence: None,
         size: None,
         repeat: None,
     };
+    let all: Vec<&'static str> = workloads::NAMES
+        .iter()
+        .chain(apps::NAMES.iter())
+        .copied()
+        .collect();
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut val = |name: &'static str| it.next().ok_or(CliError::Missing(name));
@@ -64,19 +98,8 @@ fn parse() -> Result<Args, CliError> {
             "--quick" => a.quick = true,
             "--pm-model" => a.pm_model = true,
             "--out" => a.out = PathBuf::from(val("--out")?),
-            "--workloads" => {
-                let v = val("--workloads")?;
-                a.workloads = v
-                    .split(',')
-                    .map(|w| {
-                        NAMES
-                            .iter()
-                            .find(|n| **n == w.trim())
-                            .copied()
-                            .ok_or_else(|| CliError::Bad("--workloads", w.to_string()))
-                    })
-                    .collect::<Result<_, _>>()?;
-            }
+            "--apps" => a.groups = Some(names("--apps", &val("--apps")?, &GROUPS)?),
+            "--workloads" => a.workloads = Some(names("--workloads", &val("--workloads")?, &all)?),
             "--threads" => {
                 let v = val("--threads")?;
                 a.threads = v
@@ -120,71 +143,166 @@ fn parse() -> Result<Args, CliError> {
     Ok(a)
 }
 
+/// One workload of the matrix.
+enum Item {
+    /// A microbenchmark on the engine.
+    Micro(Workload),
+    /// An application through a PMO host.
+    App(App),
+}
+
+impl Item {
+    fn name(&self) -> &'static str {
+        match self {
+            Item::Micro(w) => w.name(),
+            Item::App(a) => a.name(),
+        }
+    }
+
+    fn group(&self) -> &'static str {
+        match self {
+            Item::Micro(_) => "micro",
+            Item::App(a) => a.group(),
+        }
+    }
+
+    /// Integrity settings run at `threads`: the microbenchmarks both at one thread and with
+    /// integrity beyond (as before); the applications both everywhere.
+    fn integrities(&self, threads: usize) -> &'static [bool] {
+        match self {
+            Item::Micro(_) if threads > 1 => &[true],
+            _ => &[false, true],
+        }
+    }
+}
+
+/// The workloads of the run, in table order.
+fn items(a: &Args) -> Result<Vec<Item>, CliError> {
+    let groups = a.groups.clone().unwrap_or(GROUPS.to_vec());
+    let mut out = Vec::new();
+    let wanted = |name: &str, group: &str| {
+        groups.contains(&group) && a.workloads.as_ref().is_none_or(|w| w.contains(&name))
+    };
+    for name in workloads::NAMES {
+        if wanted(name, "micro") {
+            if let Some(w) = Workload::preset(name, a.quick) {
+                let w = a.size.map_or(w.clone(), |n| w.with_size(n));
+                w.check()
+                    .map_err(|e| CliError::Engine(engine::EngineError::Workload(e)))?;
+                out.push(Item::Micro(w));
+            }
+        }
+    }
+    for name in apps::NAMES {
+        if let Some(app) = App::from_name(name) {
+            if wanted(name, app.group()) {
+                out.push(Item::App(app));
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(CliError::Empty);
+    }
+    Ok(out)
+}
+
 /// The cell a result belongs to: (workload, threads, integrity, design) indices.
 type Key = (usize, usize, bool, usize);
 
+/// The run whose total is the median of `runs` (the lower one of an even count), and the
+/// shortest and longest totals.
+fn median(mut runs: Vec<CellResult>) -> Option<(CellResult, (u64, u64), usize)> {
+    runs.sort_by_key(|r| r.breakdown.total_ns());
+    let n = runs.len();
+    let lo = runs.first()?.breakdown.total_ns();
+    let hi = runs.last()?.breakdown.total_ns();
+    let mid = runs.swap_remove((n - 1) / 2);
+    Some((mid, (lo, hi), n))
+}
+
 fn run(a: &Args) -> Result<Report, CliError> {
-    let workloads: Vec<Workload> = a
-        .workloads
+    let items = items(a)?;
+    let max = items
         .iter()
-        .filter_map(|n| Workload::preset(n, a.quick))
-        .map(|w| a.size.map_or(w.clone(), |n| w.with_size(n)))
-        .collect();
-    for w in &workloads {
-        w.check()
-            .map_err(|e| CliError::Engine(engine::EngineError::Workload(e)))?;
-    }
-    let max = workloads
-        .iter()
-        .map(|w| w.pmo_bytes())
+        .filter_map(|i| match i {
+            Item::Micro(w) => Some(w.pmo_bytes()),
+            Item::App(_) => None,
+        })
         .max()
         .unwrap_or(1 << 20);
+    // The microbenchmarks' store (the applications make one per cell on the same medium).
     let mut env = Env::new(max, a.pm_model)?;
     let specs = design_specs();
+    let runner = apps::Apps::new(a.quick, a.pm_model);
     eprintln!("pmo-compare: medium: {}", env.medium);
-    // Plain-memory compute baseline and reference checksum per (workload, threads).
+    // Plain-memory compute baseline (shortest) and reference checksum per (workload, threads).
     let mut compute: HashMap<(usize, usize), (u64, u64)> = HashMap::new();
-    // Best (shortest) run of each cell over the rounds, or its error.
-    let mut best: HashMap<Key, Result<engine::CellResult, String>> = HashMap::new();
+    // The floors' times per (workload, threads), one per round.
+    let mut floors: HashMap<(usize, usize), Vec<u64>> = HashMap::new();
+    // Every run of each cell over the rounds, or its error.
+    let mut runs: HashMap<Key, Result<Vec<CellResult>, String>> = HashMap::new();
     // Rounds over the whole matrix rather than back-to-back repeats, so a burst of load from
     // elsewhere hits one run of many cells instead of every run of one cell.
     let rounds = a.repeat.unwrap_or(if a.quick { 1 } else { 3 });
     for round in 0..rounds {
-        for (wi, w) in workloads.iter().enumerate() {
+        for (wi, item) in items.iter().enumerate() {
             for &threads in &a.threads {
-                // The baseline is short next to the cells: take the best of three per round so
-                // one unlucky moment on a shared machine does not make "compute" look slow.
-                for _ in 0..3 {
-                    let (ns, want) = engine::run_plain(w, threads)?;
-                    let e = compute.entry((wi, threads)).or_insert((ns, want));
-                    e.0 = e.0.min(ns);
-                    if e.1 != want {
-                        return Err(CliError::Nondeterministic(w.name()));
+                let mut want = 0;
+                match item {
+                    Item::Micro(w) => {
+                        // The baseline is short next to the cells: take the best of three per
+                        // round so one unlucky moment on a shared machine does not make
+                        // "compute" look slow.
+                        for _ in 0..3 {
+                            let (ns, sum) = engine::run_plain(w, threads)?;
+                            let e = compute.entry((wi, threads)).or_insert((ns, sum));
+                            e.0 = e.0.min(ns);
+                            if e.1 != sum {
+                                return Err(CliError::Nondeterministic(w.name()));
+                            }
+                        }
+                        want = compute.get(&(wi, threads)).map_or(0, |c| c.1);
+                    }
+                    Item::App(app) => {
+                        let ns = runner
+                            .run_floor(*app, threads)
+                            .map_err(|e| CliError::Floor(app.name(), e))?;
+                        floors.entry((wi, threads)).or_default().push(ns);
+                        eprintln!(
+                            "  round {} {:<10} {:<8} {:<7} {} thr: {:>9.1} ms",
+                            round + 1,
+                            app.name(),
+                            "floor",
+                            "-",
+                            threads,
+                            ns as f64 / 1e6
+                        );
                     }
                 }
-                let want = compute.get(&(wi, threads)).map_or(0, |c| c.1);
-                let p = RunParams {
-                    threads,
-                    cadence: a.cadence.unwrap_or(w.default_cadence()),
-                    session: a.session,
-                };
-                // The whole design x integrity matrix at one thread; with integrity beyond.
-                let integrities: &[bool] = if threads == 1 {
-                    &[false, true]
-                } else {
-                    &[true]
-                };
-                for &integrity in integrities {
+                for &integrity in item.integrities(threads) {
                     for (si, spec) in specs.iter().enumerate() {
                         let key = (wi, threads, integrity, si);
-                        if matches!(best.get(&key), Some(Err(_))) {
+                        if matches!(runs.get(&key), Some(Err(_))) {
                             continue;
                         }
-                        let r = engine::run_cell(&mut env, w, spec, integrity, p, want);
+                        let r = match item {
+                            Item::Micro(w) => {
+                                let p = RunParams {
+                                    threads,
+                                    cadence: a.cadence.unwrap_or(w.default_cadence()),
+                                    session: a.session,
+                                };
+                                engine::run_cell(&mut env, w, spec, integrity, p, want)
+                                    .map_err(|e| e.to_string())
+                            }
+                            Item::App(app) => runner
+                                .run_cell(*app, spec, integrity, threads, &mut |_, _| Ok(()))
+                                .map_err(|e| e.to_string()),
+                        };
                         eprintln!(
-                            "  round {} {:<7} {:<8} {:<7} {} thr: {}",
+                            "  round {} {:<10} {:<8} {:<7} {} thr: {}",
                             round + 1,
-                            w.name(),
+                            item.name(),
                             spec.label,
                             if integrity { "integ" } else { "nointeg" },
                             threads,
@@ -195,16 +313,12 @@ fn run(a: &Args) -> Result<Report, CliError> {
                         );
                         match r {
                             Ok(r) => {
-                                let keep = match best.get(&key) {
-                                    Some(Ok(b)) => r.breakdown.total_ns() < b.breakdown.total_ns(),
-                                    _ => true,
-                                };
-                                if keep {
-                                    best.insert(key, Ok(r));
+                                if let Ok(v) = runs.entry(key).or_insert_with(|| Ok(Vec::new())) {
+                                    v.push(r);
                                 }
                             }
                             Err(e) => {
-                                best.insert(key, Err(e.to_string()));
+                                runs.insert(key, Err(e));
                             }
                         }
                     }
@@ -218,43 +332,66 @@ fn run(a: &Args) -> Result<Report, CliError> {
         session: a.session,
         cadence: a.cadence,
         designs: specs.iter().map(|s| s.label).collect(),
-        workloads: workloads.iter().map(|w| w.name()).collect(),
+        workloads: items.iter().map(Item::name).collect(),
+        rounds,
         ..Default::default()
     };
     let d_index = specs.iter().position(|s| s.label == "d");
-    for (wi, w) in workloads.iter().enumerate() {
+    for (wi, item) in items.iter().enumerate() {
+        let params = match item {
+            Item::Micro(w) => w.params(),
+            Item::App(app) => app.params(a.quick),
+        };
         for &threads in &a.threads {
-            let integrities: &[bool] = if threads == 1 {
-                &[false, true]
-            } else {
-                &[true]
+            let compute_ns = match item {
+                Item::Micro(_) => compute.get(&(wi, threads)).map_or(0, |c| c.0),
+                Item::App(_) => {
+                    let mut f = floors.get(&(wi, threads)).cloned().unwrap_or_default();
+                    f.sort_unstable();
+                    f.get(f.len().saturating_sub(1) / 2).copied().unwrap_or(0)
+                }
             };
-            for &integrity in integrities {
+            // The exact metrics need the same pages in the reference run: the applications
+            // give them only single-threaded (same seed, same order).
+            let exact = matches!(item, Item::Micro(_)) || threads == 1;
+            for &integrity in item.integrities(threads) {
+                let mut cells: Vec<_> = (0..specs.len())
+                    .map(|si| match runs.remove(&(wi, threads, integrity, si)) {
+                        Some(Ok(v)) => median(v).ok_or_else(|| "not run".to_string()),
+                        Some(Err(e)) => Err(e),
+                        None => Err("not run".to_string()),
+                    })
+                    .collect();
                 // `d` (no predictor) gives each session's used pages: the metrics' reference.
                 let reference = d_index
-                    .and_then(|d| best.get(&(wi, threads, integrity, d)))
-                    .and_then(|r| r.as_ref().ok())
-                    .map(|r| r.sessions.clone());
+                    .and_then(|d| cells.get(d))
+                    .and_then(|c| c.as_ref().ok())
+                    .map(|c| c.0.sessions.clone());
                 for (si, spec) in specs.iter().enumerate() {
-                    let (r, error) = match best.remove(&(wi, threads, integrity, si)) {
-                        Some(Ok(r)) => (r, None),
-                        Some(Err(e)) => (Default::default(), Some(e)),
-                        None => (Default::default(), Some("not run".to_string())),
+                    let cell = std::mem::replace(&mut cells[si], Err(String::new()));
+                    let (r, spread, n, error) = match cell {
+                        Ok((r, spread, n)) => (r, Some(spread), n, None),
+                        Err(e) => (CellResult::default(), None, 0, Some(e)),
                     };
                     let quality = match (spec.predictor, &reference, &error) {
-                        (Some(_), Some(refs), None) => metrics::exact(refs, &r.sessions).ok(),
+                        (Some(_), Some(refs), None) if exact => {
+                            metrics::exact(refs, &r.sessions).ok()
+                        }
                         _ => None,
                     };
                     rep.rows.push(Row {
-                        workload: w.name(),
-                        params: w.params(),
+                        workload: item.name(),
+                        params: params.clone(),
                         design: spec.label,
                         integrity,
                         threads,
-                        compute_ns: compute.get(&(wi, threads)).map_or(0, |c| c.0),
+                        compute_ns,
                         b: r.breakdown,
                         quality,
                         error,
+                        group: item.group(),
+                        spread,
+                        runs: n,
                     });
                 }
             }

@@ -2,7 +2,8 @@
 //!
 //! Times are normalized to O (`sp-id`) of the same workload, integrity setting and thread count,
 //! as the papers' figures are. Compute is the same workload on resident plain memory measured in
-//! the same run; fault overhead is the workload phase on the pager's window minus compute.
+//! the same run (for the applications: the same workload on the floor, LMDB on a mapped file or
+//! files in tmpfs); fault overhead is the workload phase on the pager's window minus compute.
 
 use crate::engine::Breakdown;
 
@@ -30,6 +31,12 @@ pub struct Row {
     pub quality: Option<Metrics>,
     /// Set when the cell failed (its times are then meaningless).
     pub error: Option<String>,
+    /// `micro` (the papers' microbenchmarks and the scans), `ycsb` or `filebench`.
+    pub group: &'static str,
+    /// Shortest and longest total over the rounds (the row shows the median run).
+    pub spread: Option<(u64, u64)>,
+    /// Runs behind the row (the rounds that completed).
+    pub runs: usize,
 }
 
 impl Row {
@@ -64,11 +71,23 @@ pub struct Report {
     pub designs: Vec<&'static str>,
     /// Workload names in table order.
     pub workloads: Vec<&'static str>,
+    /// Rounds over the matrix (each row is the median of its runs).
+    pub rounds: usize,
 }
 
 /// The baseline the papers normalize to.
 pub const O: &str = "sp-id";
 const DEPTHS: [&str; 3] = ["d2", "d4", "d8"];
+/// The designs with a predictor.
+const PREDICTORS: [&str; 4] = ["d2", "d4", "d8", "adaptive"];
+/// LPMO's design with and without a predictor.
+const D_ALL: [&str; 5] = ["d", "d2", "d4", "d8", "adaptive"];
+/// Table titles of the workload groups, in order.
+const GROUPS: [(&str, &str); 3] = [
+    ("micro", "microbenchmarks"),
+    ("ycsb", "YCSB on LMDB"),
+    ("filebench", "Filebench"),
+];
 
 fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
@@ -76,6 +95,11 @@ fn ms(ns: u64) -> f64 {
 
 fn opt(x: Option<f64>) -> String {
     x.map_or("-".into(), |v| format!("{v:.3}"))
+}
+
+/// Geometric mean (of at least one positive ratio).
+fn geomean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| (v.iter().map(|r| r.ln()).sum::<f64>() / v.len() as f64).exp())
 }
 
 impl Report {
@@ -108,32 +132,78 @@ impl Report {
         t
     }
 
-    /// The breakdown table for `threads`.
+    /// The workloads of `group`, in table order.
+    fn workloads_of(&self, group: &str) -> Vec<&'static str> {
+        self.workloads
+            .iter()
+            .copied()
+            .filter(|w| {
+                self.rows
+                    .iter()
+                    .any(|r| r.workload == *w && r.group == group)
+            })
+            .collect()
+    }
+
+    /// Total of the cell, if it ran.
+    fn tot(&self, w: &str, d: &str, integrity: bool, threads: usize) -> Option<f64> {
+        self.find(w, d, integrity, threads)
+            .map(|r| r.total() as f64)
+            .filter(|t| *t > 0.0)
+    }
+
+    /// The fastest of `designs` for the cell: (design, total).
+    fn best_of(
+        &self,
+        w: &str,
+        designs: &[&'static str],
+        integrity: bool,
+        threads: usize,
+    ) -> Option<(&'static str, f64)> {
+        designs
+            .iter()
+            .filter_map(|d| self.tot(w, d, integrity, threads).map(|t| (*d, t)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
+    /// The breakdown table for `threads` (all groups).
     pub fn breakdown_md(&self, threads: usize) -> String {
+        self.breakdown_md_of(threads, None)
+    }
+
+    /// The breakdown table for `threads`, of one group's rows or all.
+    fn breakdown_md_of(&self, threads: usize, group: Option<&str>) -> String {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "| workload | integrity | design | total ms | x O | compute | fault | psync | detach | attach | stall | faults | wp faults | psync pages |"
+            "| workload | integrity | design | total ms | x O | compute | fault | psync | detach | attach | stall | create | faults | wp faults | psync pages | runs: min-max ms |"
         );
         let _ = writeln!(
             s,
-            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
-        for r in self.rows.iter().filter(|r| r.threads == threads) {
+        for r in self
+            .rows
+            .iter()
+            .filter(|r| r.threads == threads && group.is_none_or(|g| r.group == g))
+        {
             let integ = if r.integrity { "with" } else { "without" };
             if let Some(e) = &r.error {
                 let _ = writeln!(
                     s,
-                    "| {} | {integ} | {} | FAILED: {e} | | | | | | | | | | |",
+                    "| {} | {integ} | {} | FAILED: {e} | | | | | | | | | | | | |",
                     r.workload, r.design
                 );
                 continue;
             }
             let o = self.o_total(r);
             let f = |ns: u64| o.map_or("-".into(), |o| format!("{:.3}", ns as f64 / o));
+            let spread = r.spread.map_or("-".into(), |(lo, hi)| {
+                format!("{}: {:.1}-{:.1}", r.runs, ms(lo), ms(hi))
+            });
             let _ = writeln!(
                 s,
-                "| {} | {integ} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {integ} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {spread} |",
                 r.workload,
                 r.design,
                 ms(r.total()),
@@ -144,10 +214,55 @@ impl Report {
                 f(r.b.detach_ns),
                 f(r.b.attach_ns),
                 f(r.b.stall_ns),
+                f(r.b.create_ns),
                 r.b.faults,
                 r.b.wp_faults,
                 r.b.psync_pages,
             );
+        }
+        s
+    }
+
+    /// The applications against their floor: total / the floor's time, per design.
+    pub fn floor_md(&self) -> String {
+        let mut s = String::new();
+        let _ = write!(s, "| workload | integrity | threads | floor ms |");
+        for d in &self.designs {
+            let _ = write!(s, " {d} |");
+        }
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "|---|---|---:|---:|{}",
+            "---:|".repeat(self.designs.len())
+        );
+        for t in self.threads() {
+            for integrity in [false, true] {
+                for w in self
+                    .workloads_of("ycsb")
+                    .into_iter()
+                    .chain(self.workloads_of("filebench"))
+                {
+                    let Some(floor) = self
+                        .rows
+                        .iter()
+                        .find(|r| r.workload == w && r.threads == t && r.integrity == integrity)
+                        .map(|r| r.compute_ns)
+                        .filter(|f| *f > 0)
+                    else {
+                        continue;
+                    };
+                    let integ = if integrity { "with" } else { "without" };
+                    let _ = write!(s, "| {w} | {integ} | {t} | {:.1} |", ms(floor));
+                    for d in &self.designs {
+                        let v = self
+                            .tot(w, d, integrity, t)
+                            .map_or("-".into(), |x| format!("{:.2}x", x / floor as f64));
+                        let _ = write!(s, " {v} |");
+                    }
+                    let _ = writeln!(s);
+                }
+            }
         }
         s
     }
@@ -160,30 +275,33 @@ impl Report {
             "| workload | design | accuracy | coverage | timeliness | prefetched | used prefetched | late | demand faults | pager estimate (acc / cov / time) |"
         );
         let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
-        for r in self
-            .rows
-            .iter()
-            .filter(|r| r.threads == threads && r.integrity == integrity && r.quality.is_some())
-        {
-            if let Some(q) = &r.quality {
-                let e = r.b.est.estimate();
-                let _ = writeln!(
-                    s,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} |",
-                    r.workload,
-                    r.design,
-                    opt(q.accuracy()),
-                    opt(q.coverage()),
-                    opt(q.timeliness()),
-                    q.prefetched,
-                    q.prefetched_used,
-                    q.used_before_ready,
-                    r.b.faults,
-                    opt(e.accuracy),
-                    opt(e.coverage),
-                    opt(e.timeliness),
-                );
-            }
+        // Applications with several threads have no reference run with the same pages (their
+        // interleaving differs run to run): only the pager's estimate is shown for them.
+        for r in self.rows.iter().filter(|r| {
+            r.threads == threads
+                && r.integrity == integrity
+                && r.error.is_none()
+                && (r.quality.is_some() || (r.group != "micro" && PREDICTORS.contains(&r.design)))
+        }) {
+            let e = r.b.est.estimate();
+            let q = r.quality;
+            let n = |f: fn(&Metrics) -> u64| q.as_ref().map_or("-".into(), |q| f(q).to_string());
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} |",
+                r.workload,
+                r.design,
+                opt(q.and_then(|q| q.accuracy())),
+                opt(q.and_then(|q| q.coverage())),
+                opt(q.and_then(|q| q.timeliness())),
+                n(|q| q.prefetched),
+                n(|q| q.prefetched_used),
+                n(|q| q.used_before_ready),
+                r.b.faults,
+                opt(e.accuracy),
+                opt(e.coverage),
+                opt(e.timeliness),
+            );
         }
         s
     }
@@ -235,10 +353,14 @@ impl Report {
     /// one thread).
     pub fn targets(&self) -> Vec<(String, bool)> {
         let mut out = Vec::new();
+        let micro = self.workloads_of("micro");
+        if micro.is_empty() {
+            return out;
+        }
         let tot = |w: &str, d: &str| self.find(w, d, true, 1).map(|r| r.total() as f64);
         // 1. Sequential workloads: coverage, accuracy, timeliness >= 0.9 at the best depth.
         for w in ["seq", "2dconv"] {
-            if !self.workloads.contains(&w) {
+            if !micro.contains(&w) {
                 continue;
             }
             let best = DEPTHS
@@ -276,7 +398,7 @@ impl Report {
             }
         }
         // 2. adaptive within 5% of the best fixed depth on every workload.
-        for w in &self.workloads {
+        for w in &micro {
             let best = DEPTHS
                 .iter()
                 .filter_map(|d| tot(w, d).map(|t| (*d, t)))
@@ -295,7 +417,7 @@ impl Report {
             }
         }
         // 3. adaptive at most 2% slower than none (= d) on random.
-        if self.workloads.contains(&"random") {
+        if micro.contains(&"random") {
             match (tot("random", "adaptive"), tot("random", "d")) {
                 (Some(a), Some(d)) => out.push((
                     format!(
@@ -311,7 +433,7 @@ impl Report {
         }
         // 4. d with the best predictor >= 1.8x faster than wedi at this session size.
         let mut ratios = Vec::new();
-        for w in &self.workloads {
+        for w in &micro {
             let best = ["d", "d2", "d4", "d8", "adaptive"]
                 .iter()
                 .filter_map(|d| tot(w, d).map(|t| (*d, t)))
@@ -341,25 +463,131 @@ impl Report {
         out
     }
 
+    /// The applications' targets, each with PASS or MISS and the ratios of this run behind
+    /// it, per thread count: LPMO's Filebench headline (without integrity: O over the best `d`
+    /// variant >= 1.25x and over the best predictor >= 1.81x, geometric means), LOaPP's
+    /// Filebench result (with integrity: `sp-id` over `wedi` >= 2.5x, geometric mean), and
+    /// YCSB B and C with integrity within 1.5x of the floor with `d` and its best predictor.
+    pub fn app_targets(&self) -> Vec<(String, bool)> {
+        let mut out = Vec::new();
+        let fb = self.workloads_of("filebench");
+        let ycsb = self.workloads_of("ycsb");
+        for t in self.threads() {
+            if !fb.is_empty() {
+                // O / X per personality, X the best of `designs`; None when a cell is missing.
+                let ratios = |designs: &[&'static str], integrity: bool| {
+                    let mut v = Vec::new();
+                    let mut text = Vec::new();
+                    for w in &fb {
+                        let o = self.tot(w, O, integrity, t)?;
+                        let (d, x) = self.best_of(w, designs, integrity, t)?;
+                        v.push(o / x);
+                        text.push(format!("{w} {:.2}x ({d})", o / x));
+                    }
+                    Some((v, text.join(", ")))
+                };
+                for (designs, what, goal) in [
+                    (&D_ALL[..], "best d variant", 1.25),
+                    (&PREDICTORS[..], "best predictor", 1.81),
+                ] {
+                    match ratios(designs, false) {
+                        Some((v, text)) => {
+                            let g = geomean(&v).unwrap_or(0.0);
+                            out.push((
+                                format!(
+                                    "filebench, without integrity, {t} thr: geometric mean O / {what} = {g:.3}x ({text}) (target >= {goal}x, LPMO)"
+                                ),
+                                g >= goal,
+                            ));
+                        }
+                        None => out.push((
+                            format!(
+                                "filebench, without integrity, {t} thr: O / {what}: missing cells"
+                            ),
+                            false,
+                        )),
+                    }
+                }
+                let mut v = Vec::new();
+                let mut text = Vec::new();
+                for w in &fb {
+                    if let (Some(wedi), Some(o)) =
+                        (self.tot(w, "wedi", true, t), self.tot(w, O, true, t))
+                    {
+                        v.push(wedi / o);
+                        text.push(format!("{w} {:.2}x", wedi / o));
+                    }
+                }
+                if v.len() == fb.len() {
+                    let g = geomean(&v).unwrap_or(0.0);
+                    out.push((
+                        format!(
+                            "filebench, with integrity, {t} thr: geometric mean wedi / sp-id = {g:.3}x ({}) (target >= 2.5x, LOaPP 2.56x)",
+                            text.join(", ")
+                        ),
+                        g >= 2.5,
+                    ));
+                } else {
+                    out.push((
+                        format!("filebench, with integrity, {t} thr: wedi / sp-id: missing cells"),
+                        false,
+                    ));
+                }
+            }
+            for w in ["ycsb-b", "ycsb-c"] {
+                if !ycsb.contains(&w) {
+                    continue;
+                }
+                let floor = self
+                    .rows
+                    .iter()
+                    .find(|r| r.workload == w && r.threads == t && r.integrity)
+                    .map(|r| r.compute_ns as f64)
+                    .filter(|f| *f > 0.0);
+                match (self.best_of(w, &D_ALL, true, t), floor) {
+                    (Some((d, x)), Some(floor)) => out.push((
+                        format!(
+                            "{w}, with integrity, {t} thr: best of d and its predictors ({d}) {:.1} ms = {:.2}x the unencrypted mapped-file floor {:.1} ms (target <= 1.5x)",
+                            x / 1e6,
+                            x / floor,
+                            floor / 1e6
+                        ),
+                        x <= floor * 1.5,
+                    )),
+                    _ => out.push((format!("{w}, {t} thr: d vs floor: missing cells"), false)),
+                }
+            }
+        }
+        out
+    }
+
     /// The whole Markdown report.
     pub fn markdown(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "# PMO design comparison\n");
         let _ = writeln!(s, "- medium: {}", self.medium);
+        let micro = !self.workloads_of("micro").is_empty();
         let _ = writeln!(
             s,
-            "- sizes: {}; attach-session size {} psyncs per detach; cadence {}",
+            "- sizes: {}; each row is the median of {} round(s) (the runs of a cell interleaved with every other cell's), with the min-max of its totals",
             if self.quick {
                 "quick (tiny, not meaningful)"
             } else {
                 "full"
             },
-            self.session,
-            self.cadence
-                .map_or("about 8 psyncs per run".to_string(), |c| format!(
-                    "{c} iterations per psync"
-                ))
+            self.rounds.max(1),
         );
+        if micro {
+            let _ = writeln!(
+                s,
+                "- microbenchmarks: attach-session size {} psyncs per detach; cadence {}",
+                self.session,
+                self.cadence
+                    .map_or("about 8 psyncs per run".to_string(), |c| format!(
+                        "{c} iterations per psync"
+                    ))
+            );
+        }
         let mut seen = Vec::new();
         for r in &self.rows {
             if !seen.contains(&r.workload) {
@@ -369,11 +597,23 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "\nComponents are fractions of O's (`sp-id`) total for the same workload, integrity and threads; they add up to `x O`.\n"
+            "\nComponents are fractions of O's (`sp-id`) total for the same workload, integrity and threads; they add up to `x O`. For the applications, compute is the floor's time of the same run phase and fault the rest of the workload phase (an estimate, docs/compare.md).\n"
         );
-        for t in self.threads() {
-            let _ = writeln!(s, "## Execution time, {t} thread(s)\n");
-            let _ = writeln!(s, "{}", self.breakdown_md(t));
+        for (group, title) in GROUPS {
+            if self.workloads_of(group).is_empty() {
+                continue;
+            }
+            for t in self.threads() {
+                let _ = writeln!(s, "## Execution time, {title}, {t} thread(s)\n");
+                let _ = writeln!(s, "{}", self.breakdown_md_of(t, Some(group)));
+            }
+        }
+        if !self.workloads_of("ycsb").is_empty() || !self.workloads_of("filebench").is_empty() {
+            let _ = writeln!(
+                s,
+                "## Against the floor (total / the floor's time; the floor: LMDB on a mapped file in tmpfs, files in tmpfs with msync)\n"
+            );
+            let _ = writeln!(s, "{}", self.floor_md());
         }
         for t in self.threads() {
             let _ = writeln!(s, "## Prediction quality, {t} thread(s), with integrity\n");
@@ -385,9 +625,22 @@ impl Report {
             let _ = writeln!(s, "## Thread scaling (with integrity)\n");
             let _ = writeln!(s, "{}", self.scaling_md());
         }
-        let _ = writeln!(s, "## Targets (issue 5; with integrity, 1 thread)\n");
-        for (t, ok) in self.targets() {
-            let _ = writeln!(s, "- **{}** {t}", if ok { "PASS" } else { "MISS" });
+        if micro {
+            let _ = writeln!(s, "## Targets (issue 5; with integrity, 1 thread)\n");
+            for (t, ok) in self.targets() {
+                let _ = writeln!(s, "- **{}** {t}", if ok { "PASS" } else { "MISS" });
+            }
+            let _ = writeln!(s);
+        }
+        let apps = self.app_targets();
+        if !apps.is_empty() {
+            let _ = writeln!(
+                s,
+                "## Targets of the applications (the papers' results; ratios within this run)\n"
+            );
+            for (t, ok) in apps {
+                let _ = writeln!(s, "- **{}** {t}", if ok { "PASS" } else { "MISS" });
+            }
         }
         s
     }
@@ -395,15 +648,20 @@ impl Report {
     /// One CSV line per cell.
     pub fn csv(&self) -> String {
         let mut s = String::from(
-            "workload,params,design,integrity,threads,total_ns,norm_to_o,compute_ns,fault_ns,psync_ns,detach_ns,attach_ns,stall_ns,faults,wp_faults,late,psyncs,sessions,psync_pages,prefetched,accuracy,coverage,timeliness,est_accuracy,est_coverage,est_timeliness,error\n",
+            "workload,params,design,integrity,threads,total_ns,norm_to_o,compute_ns,fault_ns,psync_ns,detach_ns,attach_ns,stall_ns,faults,wp_faults,late,psyncs,sessions,psync_pages,prefetched,accuracy,coverage,timeliness,est_accuracy,est_coverage,est_timeliness,group,create_ns,fault_service_ns,total_min_ns,total_max_ns,runs,error\n",
         );
         for r in &self.rows {
             let q = r.quality;
             let est = r.b.est.estimate();
+            let predicts = PREDICTORS.contains(&r.design);
             let f = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.4}"));
+            let g = |x: Option<f64>| if predicts { f(x) } else { String::new() };
+            let (lo, hi) = r.spread.map_or((String::new(), String::new()), |(a, b)| {
+                (a.to_string(), b.to_string())
+            });
             let _ = writeln!(
                 s,
-                "{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\"",
+                "{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\"",
                 r.workload,
                 r.params,
                 r.design,
@@ -427,9 +685,15 @@ impl Report {
                 f(q.and_then(|q| q.accuracy())),
                 f(q.and_then(|q| q.coverage())),
                 f(q.and_then(|q| q.timeliness())),
-                f(q.and(est.accuracy)),
-                f(q.and(est.coverage)),
-                f(q.and(est.timeliness)),
+                g(est.accuracy),
+                g(est.coverage),
+                g(est.timeliness),
+                r.group,
+                r.b.create_ns,
+                r.b.fault_service_ns,
+                lo,
+                hi,
+                r.runs,
                 r.error.as_deref().unwrap_or("").replace('"', "'"),
             );
         }
@@ -455,6 +719,9 @@ mod tests {
             },
             quality: q,
             error: None,
+            group: "micro",
+            spread: None,
+            runs: 1,
         }
     }
 

@@ -243,8 +243,8 @@ static int op_create(struct fb_thread *t)
 {
 	struct fb_fileset *fs = t->fs;
 	char name[64];
-	uint32_t j;
-	uint64_t len;
+	uint32_t j = 0;
+	uint64_t len = 0;
 	int err = pick(t, PICK_ABSENT, &j, &len);
 
 	if (err)
@@ -285,8 +285,8 @@ static int op_open(struct fb_thread *t, int writable)
 	struct fb_fileset *fs = t->fs;
 	enum pick k = writable ? PICK_WRITE : PICK_READ;
 	char name[64];
-	uint32_t j;
-	uint64_t known;
+	uint32_t j = 0;
+	uint64_t known = 0;
 	int err = pick(t, k, &j, &known);
 
 	if (err)
@@ -315,7 +315,7 @@ static int op_close(struct fb_thread *t)
 {
 	struct fb_fileset *fs = t->fs;
 	char name[64];
-	uint32_t j;
+	uint32_t j = 0;
 	int err = 0;
 
 	if (t->fd.entry < 0)
@@ -351,7 +351,7 @@ static int op_fsync(struct fb_thread *t)
 static int op_write(struct fb_thread *t, int whole, uint64_t *bytes)
 {
 	struct fb_fileset *fs = t->fs;
-	uint32_t j;
+	uint32_t j = 0;
 	uint64_t n;
 
 	if (t->fd.entry < 0 || !t->fd.writable)
@@ -369,7 +369,7 @@ static int op_read(struct fb_thread *t, uint64_t *bytes)
 {
 	struct fb_fileset *fs = t->fs;
 	uint64_t len = t->fd.len, chunk = fs->cfg.iosize;
-	uint32_t j;
+	uint32_t j = 0;
 
 	if (t->fd.entry < 0)
 		return fb_fail(fs, EBADF, "readwholefile: no file open");
@@ -390,8 +390,8 @@ static int op_delete(struct fb_thread *t)
 {
 	struct fb_fileset *fs = t->fs;
 	char name[64];
-	uint32_t j;
-	uint64_t len;
+	uint32_t j = 0;
+	uint64_t len = 0;
 	int err = pick(t, PICK_DELETE, &j, &len);
 
 	if (err)
@@ -413,8 +413,8 @@ static int op_stat(struct fb_thread *t)
 	char name[64];
 	uint8_t *base;
 	size_t size = 0;
-	uint32_t j;
-	uint64_t known, len = 0;
+	uint32_t j = 0;
+	uint64_t known = 0, len = 0;
 	int err = pick(t, PICK_READ, &j, &known);
 
 	if (err)
