@@ -186,14 +186,14 @@ impl EstCounters {
 
     /// The pager's estimate of accuracy, coverage and timeliness from these counters.
     pub fn estimate(&self) -> pmo_virtio::pager::PredictionEstimate {
-        use std::sync::atomic::Ordering::Relaxed;
-        let s = SliceStats::default();
-        s.pages_prefetched.store(self.pages_prefetched, Relaxed);
-        s.trigger_hits.store(self.trigger_hits, Relaxed);
-        s.trigger_wasted.store(self.trigger_wasted, Relaxed);
-        s.prefetch_late.store(self.prefetch_late, Relaxed);
-        s.demand_unpredicted.store(self.demand_unpredicted, Relaxed);
-        s.estimate()
+        pmo_virtio::pager::PredictionCounts {
+            pages_prefetched: self.pages_prefetched,
+            trigger_hits: self.trigger_hits,
+            trigger_wasted: self.trigger_wasted,
+            prefetch_late: self.prefetch_late,
+            demand_unpredicted: self.demand_unpredicted,
+        }
+        .estimate()
     }
 }
 

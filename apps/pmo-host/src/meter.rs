@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use pmo_virtio::pager::{PredictionEstimate, SliceStats};
+use pmo_virtio::pager::{PredictionCounts, PredictionEstimate, SliceStats};
 
 /// Declares [`Measurements`] (plain numbers) and `Meters` (the same fields as atomics).
 macro_rules! measurements {
@@ -111,13 +111,14 @@ impl Measurements {
     /// The pager's own estimate of accuracy, coverage and timeliness from these counters
     /// (`SliceStats::estimate` over the sum).
     pub fn estimate(&self) -> PredictionEstimate {
-        let s = SliceStats::default();
-        s.pages_prefetched.store(self.pages_prefetched, Relaxed);
-        s.trigger_hits.store(self.trigger_hits, Relaxed);
-        s.trigger_wasted.store(self.trigger_wasted, Relaxed);
-        s.prefetch_late.store(self.prefetch_late, Relaxed);
-        s.demand_unpredicted.store(self.demand_unpredicted, Relaxed);
-        s.estimate()
+        PredictionCounts {
+            pages_prefetched: self.pages_prefetched,
+            trigger_hits: self.trigger_hits,
+            trigger_wasted: self.trigger_wasted,
+            prefetch_late: self.prefetch_late,
+            demand_unpredicted: self.demand_unpredicted,
+        }
+        .estimate()
     }
 }
 

@@ -414,7 +414,7 @@ mod stats;
 mod window;
 
 use prefetch::{prefetch_worker, PrefetchJob};
-pub use stats::{PredictionEstimate, SliceStats, HIST_BUCKETS};
+pub use stats::{PredictionCounts, PredictionEstimate, SliceStats, HIST_BUCKETS};
 
 #[cfg(test)]
 mod tests;

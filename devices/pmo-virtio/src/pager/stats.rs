@@ -58,16 +58,51 @@ impl SliceStats {
         self.fault_hist[bucket].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Estimates accuracy, coverage and timeliness from the counters: the
-    /// triggers' hit rate stands for the accuracy of every installed
-    /// prediction, and late pages are used predictions that were not ready.
+    /// The counters behind [`SliceStats::estimate`], read once.
+    pub fn prediction_counts(&self) -> PredictionCounts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        PredictionCounts {
+            pages_prefetched: get(&self.pages_prefetched),
+            trigger_hits: get(&self.trigger_hits),
+            trigger_wasted: get(&self.trigger_wasted),
+            prefetch_late: get(&self.prefetch_late),
+            demand_unpredicted: get(&self.demand_unpredicted),
+        }
+    }
+
+    /// Estimates accuracy, coverage and timeliness from the counters (see
+    /// [`PredictionCounts::estimate`]).
     pub fn estimate(&self) -> PredictionEstimate {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64;
-        let (hits, wasted) = (get(&self.trigger_hits), get(&self.trigger_wasted));
-        let late = get(&self.prefetch_late);
+        self.prediction_counts().estimate()
+    }
+}
+
+/// The counters a prediction estimate is made from, as plain numbers, so that several
+/// attachments' counts can be summed before estimating.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PredictionCounts {
+    /// [`SliceStats::pages_prefetched`].
+    pub pages_prefetched: u64,
+    /// [`SliceStats::trigger_hits`].
+    pub trigger_hits: u64,
+    /// [`SliceStats::trigger_wasted`].
+    pub trigger_wasted: u64,
+    /// [`SliceStats::prefetch_late`].
+    pub prefetch_late: u64,
+    /// [`SliceStats::demand_unpredicted`].
+    pub demand_unpredicted: u64,
+}
+
+impl PredictionCounts {
+    /// Estimates accuracy, coverage and timeliness: the triggers' hit rate stands for the
+    /// accuracy of every installed prediction, and late pages are used predictions that were
+    /// not ready.
+    pub fn estimate(&self) -> PredictionEstimate {
+        let (hits, wasted) = (self.trigger_hits as f64, self.trigger_wasted as f64);
+        let late = self.prefetch_late as f64;
         let accuracy = (hits + wasted > 0.0).then(|| hits / (hits + wasted));
-        let used = accuracy.unwrap_or(0.0) * get(&self.pages_prefetched) + hits + late;
-        let demand = get(&self.demand_unpredicted);
+        let used = accuracy.unwrap_or(0.0) * self.pages_prefetched as f64 + hits + late;
+        let demand = self.demand_unpredicted as f64;
         PredictionEstimate {
             accuracy,
             coverage: (used + demand > 0.0).then(|| used / (used + demand)),
