@@ -26,6 +26,8 @@
 //! `PMO_APPS_CRASH_SEED` to repeat a run's kill points. Kill points follow logged lines, never a
 //! clock; what the checks accept does not depend on timing.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -811,19 +813,7 @@ fn varmail_store_checks_clean_after_the_kill() {
 }
 
 fn fsck_clean(g: &Group, store: &std::path::Path) {
-    let report = pmovmm::cli::store::store_fsck(
-        pmovmm::cli::store::StoreFile::plain(store),
-        &mut std::io::sink(),
-        &mut std::io::sink(),
-    )
-    .unwrap_or_else(|e| panic!("fsck of {}: {e} ({})", store.display(), g.plan.describe()));
-    assert!(
-        report.problems.is_empty(),
-        "fsck of {}: {:?} ({})",
-        store.display(),
-        report.problems,
-        g.plan.describe()
-    );
+    common::assert_store_clean(store, &g.plan.describe());
 }
 
 // ---- the rules must be able to fail --------------------------------------------------------

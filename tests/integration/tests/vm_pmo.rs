@@ -14,6 +14,8 @@
 //!    2 vCPUs ("tamper-smp") and with a predictor that finds the page bad first
 //!    ("tamper-ahead": the copy fails with EFAULT).
 
+mod common;
+
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -186,13 +188,7 @@ fn store_file_never_holds_guest_plaintext() {
 #[test]
 fn store_is_consistent_after_the_sessions() {
     let g = group();
-    let report = pmovmm::cli::store::store_fsck(
-        pmovmm::cli::store::StoreFile::plain(&g.store),
-        &mut std::io::sink(),
-        &mut std::io::sink(),
-    )
-    .expect("fsck runs");
-    assert!(report.problems.is_empty(), "fsck: {:?}", report.problems);
+    common::assert_store_clean(&g.store, "vm_pmo");
 }
 
 #[test]

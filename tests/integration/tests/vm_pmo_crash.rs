@@ -7,6 +7,8 @@
 //! (after the commit record, while pages are copied home); "new" reads B back. The kill comes
 //! from the hidden test flag `--pmo-test-kill-in-psync N`.
 
+mod common;
+
 use std::sync::OnceLock;
 
 use pmo_integration::{run_vms, Env, VmOutcome, VmSpec};
@@ -85,11 +87,5 @@ fn kill_after_the_commit_point_gives_the_new_psync() {
 #[test]
 fn store_checks_clean_after_the_crashes() {
     let (_, store) = group();
-    let report = pmovmm::cli::store::store_fsck(
-        pmovmm::cli::store::StoreFile::plain(store),
-        &mut std::io::sink(),
-        &mut std::io::sink(),
-    )
-    .expect("fsck runs");
-    assert!(report.problems.is_empty(), "fsck: {:?}", report.problems);
+    common::assert_store_clean(store, "vm_pmo_crash");
 }

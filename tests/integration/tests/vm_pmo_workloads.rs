@@ -14,6 +14,8 @@
 //!
 //! Afterwards the store checks clean on the host.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -215,13 +217,7 @@ fn verify_refuses_a_pmo_that_is_not_a_run() {
 fn store_is_consistent_after_the_runs() {
     let g = group();
     g.vms[1].assert_exit(0);
-    let report = pmovmm::cli::store::store_fsck(
-        pmovmm::cli::store::StoreFile::plain(&g.store),
-        &mut std::io::sink(),
-        &mut std::io::sink(),
-    )
-    .expect("fsck runs");
-    assert!(report.problems.is_empty(), "fsck: {:?}", report.problems);
+    common::assert_store_clean(&g.store, "vm_pmo_workloads");
 }
 
 #[test]
