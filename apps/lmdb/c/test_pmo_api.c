@@ -141,10 +141,10 @@ static int exists(const char *dir, const char *name)
 	return access(p, F_OK) == 0;
 }
 
-static void test_names(const char *dir)
+static void test_names(void)
 {
 	char out[MDB_PMO_NAME_MAX + 1], small[8], path[PATH_MAX], want[128];
-	char cwd[PATH_MAX];
+	char cwd[PATH_MAX], scratch[] = "/tmp/pn.XXXXXX";
 
 	CHECK(mdb_pmo_name_encode("/tmp/lmdb/testdb/data.mdb", out, sizeof(out)) == 0 &&
 		      !strcmp(out, "lmdb._tmp_lmdb_testdb_data.mdb"), "%s", out);
@@ -167,21 +167,25 @@ static void test_names(const char *dir)
 	strcpy(path + 58, "x");
 	CHECK(mdb_pmo_name_encode(path, out, sizeof(out)) == ENAMETOOLONG, "64 bytes");
 	CHECK(mdb_pmo_name_encode("/data.mdb", small, sizeof(small)) == ENAMETOOLONG, "small");
-	/* a relative path resolves against the working directory */
-	if (getcwd(cwd, sizeof(cwd)) && chdir(dir) == 0) {
+	/*
+	 * A relative path resolves against the working directory. The
+	 * scratch directory is short and under /tmp so that the encoded name
+	 * fits in 63 bytes wherever the checkout lives.
+	 */
+	if (getcwd(cwd, sizeof(cwd)) && mkdtemp(scratch) && chdir(scratch) == 0) {
 		char real[PATH_MAX], abs[PATH_MAX + 16];
 
-		CHECK(mkdir("sub", 0755) == 0 || errno == EEXIST, "mkdir");
+		CHECK(mkdir("sub", 0755) == 0, "mkdir");
 		CHECK(mdb_pmo_name("./sub/../sub/data.mdb", out, sizeof(out)) == 0, "name");
-		if (realpath("sub", real)) {
-			snprintf(abs, sizeof(abs), "%s/data.mdb", real);
-			if (mdb_pmo_name_encode(abs, want, sizeof(want)) == 0)
-				CHECK(!strcmp(out, want), "%s != %s", out, want);
-			else
-				CHECK(strlen(abs) > 40, "scratch dir %s", abs);
-		}
+		CHECK(realpath("sub", real) != NULL, "realpath");
+		snprintf(abs, sizeof(abs), "%s/data.mdb", real);
+		CHECK(mdb_pmo_name_encode(abs, want, sizeof(want)) == 0 && !strcmp(out, want),
+		      "%s != %s", out, want);
 		CHECK(mdb_pmo_name("./missing/data.mdb", out, sizeof(out)) == ENOENT, "missing dir");
 		CHECK(chdir(cwd) == 0, "chdir back");
+		CHECK(rmdir(real) == 0 && rmdir(scratch) == 0, "rmdir %s", scratch);
+	} else {
+		CHECK(0, "scratch dir %s: %s", scratch, strerror(errno));
 	}
 }
 
@@ -201,7 +205,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: test_pmo_api SCRATCH_DIR\n");
 		return 1;
 	}
-	test_names(argv[1]);
+	test_names();
 	if (strlen(argv[1]) > 2000) {
 		fprintf(stderr, "test_pmo_api: scratch path too long\n");
 		return 1;
