@@ -42,7 +42,7 @@ pub(crate) fn run_direct(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> 
         });
         let cap = run_logged_with(
             cmd,
-            spec.timeout.mul_f64(timeout_scale()),
+            spec.timeout.mul_f64(timeout_scale()).into(),
             &log_dir.join(format!("vm{i}-{}-console.log", spec.name)),
             &log_dir.join(format!("vm{i}-{}-stderr.log", spec.name)),
             "VM| ",

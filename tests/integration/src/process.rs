@@ -22,7 +22,10 @@ pub(crate) struct Line {
 pub(crate) struct Captured {
     /// `None` when it was killed at the deadline.
     pub status: Option<ExitStatus>,
+    /// Killed at the deadline, or for printing nothing for the quiet limit.
     pub timed_out: bool,
+    /// Killed because stdout stayed silent for the quiet limit (a hung test host).
+    pub went_quiet: bool,
     pub stdout: Vec<Line>,
     pub stderr: Vec<Line>,
     pub elapsed: Duration,
@@ -125,6 +128,21 @@ fn create_log(path: &Path) -> Result<File> {
     File::create(path).map_err(|e| RunnerError::io(format!("create {}", path.display()), e))
 }
 
+/// When to give up on a child: at `total`, or after `quiet` without a line on stdout (from
+/// the start or from its last line), which finds a hung test host in minutes instead of at
+/// the end of a budget made for many VMs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub total: Duration,
+    pub quiet: Option<Duration>,
+}
+
+impl From<Duration> for Limits {
+    fn from(total: Duration) -> Self {
+        Limits { total, quiet: None }
+    }
+}
+
 /// Runs `cmd` (stdin from /dev/null), logging stdout and stderr to the given files, and kills
 /// it when `timeout` passes.
 pub(crate) fn run_logged(
@@ -134,13 +152,14 @@ pub(crate) fn run_logged(
     stderr_log: &Path,
     prefix: &'static str,
 ) -> Result<Captured> {
-    run_logged_with(cmd, timeout, stdout_log, stderr_log, prefix, None)
+    run_logged_with(cmd, timeout.into(), stdout_log, stderr_log, prefix, None)
 }
 
-/// `run_logged`, and signals the child when its stdout shows `trigger`'s needle.
+/// `run_logged` with both `limits`, and signals the child when its stdout shows `trigger`'s
+/// needle.
 pub(crate) fn run_logged_with(
     mut cmd: Command,
-    timeout: Duration,
+    limits: Limits,
     stdout_log: &Path,
     stderr_log: &Path,
     prefix: &'static str,
@@ -174,7 +193,9 @@ pub(crate) fn run_logged_with(
     if let Some(s) = child.stderr.take() {
         readers.push(reader(s, Some(err_log), err.clone(), start, prefix, None));
     }
-    let (status, timed_out) = wait_deadline(&mut child, start + timeout)?;
+    let silence = limits.quiet.map(|q| (q, &*out));
+    let (status, timed_out, went_quiet) =
+        wait_deadline(&mut child, start, start + limits.total, silence)?;
     let elapsed = start.elapsed();
     for r in readers {
         // A reader only ends at EOF; a panic in it would only lose log lines.
@@ -188,25 +209,40 @@ pub(crate) fn run_logged_with(
     Ok(Captured {
         status,
         timed_out,
+        went_quiet,
         stdout: take(out),
         stderr: take(err),
         elapsed,
     })
 }
 
-/// Waits for `child` until `deadline`; kills it then.
-fn wait_deadline(child: &mut Child, deadline: Instant) -> Result<(Option<ExitStatus>, bool)> {
+/// Waits for `child` until `deadline`, or until the lines in `silence` stop growing for its
+/// duration; kills it then. Returns (status, timed out, went quiet).
+fn wait_deadline(
+    child: &mut Child,
+    start: Instant,
+    deadline: Instant,
+    silence: Option<(Duration, &Mutex<Vec<Line>>)>,
+) -> Result<(Option<ExitStatus>, bool, bool)> {
     loop {
         match child.try_wait() {
-            Ok(Some(status)) => return Ok((Some(status), false)),
+            Ok(Some(status)) => return Ok((Some(status), false, false)),
             Ok(None) => {}
             Err(e) => return Err(RunnerError::io("wait for child", e)),
         }
-        if Instant::now() >= deadline {
+        let quiet = silence.is_some_and(|(limit, lines)| {
+            let last = lines
+                .lock()
+                .ok()
+                .and_then(|v| v.last().map(|l| l.at))
+                .unwrap_or_default();
+            start.elapsed().saturating_sub(last) >= limit
+        });
+        if quiet || Instant::now() >= deadline {
             // Already exited in between is fine; the wait below reaps it either way.
             let _ = child.kill();
             let _ = child.wait();
-            return Ok((None, true));
+            return Ok((None, true, quiet));
         }
         thread::sleep(Duration::from_millis(50));
     }
@@ -234,7 +270,7 @@ mod tests {
         };
         let cap = run_logged_with(
             cmd,
-            Duration::from_secs(300),
+            Duration::from_secs(300).into(),
             &dir.join("out"),
             &dir.join("err"),
             "",
@@ -244,6 +280,40 @@ mod tests {
         assert!(!cap.timed_out);
         assert_eq!(cap.status.and_then(|s| s.signal()), Some(9));
         assert_eq!(cap.stdout.len(), 2);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A child that stops printing is killed after the quiet limit, long before its timeout;
+    /// one that keeps printing more often than the limit runs to its end.
+    #[test]
+    fn a_silent_child_is_killed_at_the_quiet_limit() {
+        let dir = std::env::temp_dir().join(format!("pmo-quiet-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let run = |script: &str| {
+            let mut cmd = Command::new("sh");
+            cmd.args(["-c", script]);
+            run_logged_with(
+                cmd,
+                Limits {
+                    total: Duration::from_secs(300),
+                    quiet: Some(Duration::from_secs(2)),
+                },
+                &dir.join("out"),
+                &dir.join("err"),
+                "",
+                None,
+            )
+            .unwrap()
+        };
+        let hung = run("echo booted; exec sleep 600");
+        assert!(hung.timed_out && hung.went_quiet);
+        assert!(hung.elapsed < Duration::from_secs(60), "{:?}", hung.elapsed);
+        assert_eq!(hung.stdout.len(), 1);
+
+        let busy = run("for i in 1 2 3 4 5 6 7 8; do echo $i; sleep 0.5; done");
+        assert!(!busy.timed_out && !busy.went_quiet);
+        assert!(busy.status.is_some_and(|s| s.success()));
+        assert_eq!(busy.stdout.len(), 8);
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::env::{timeout_scale, which, Env};
 use crate::error::{Result, RunnerError};
 use crate::outcome::VmOutcome;
-use crate::process::{run_logged, Captured, Line};
+use crate::process::{run_logged_with, Captured, Limits, Line};
 use crate::spec::VmSpec;
 
 mod payload;
@@ -59,7 +59,7 @@ pub fn probe(env: &Env) -> Result<TestHostInfo> {
         job: "echo \"@@PROBE /dev/kvm: $(ls -l /dev/kvm 2>&1)\"\n".to_string(),
         files: Vec::new(),
     };
-    let run = run_l1(env, &log_dir, &payload, &[], 1, L1_MEMORY_MIB, L1_BUDGET)?;
+    let run = run_l1(env, &log_dir, &payload, &[], 1, L1_MEMORY_MIB, L1_BUDGET.into())?;
     let ready = run.ready()?;
     Ok(TestHostInfo {
         kvm: ready.text.contains("kvm=yes"),
@@ -88,6 +88,14 @@ pub(crate) fn run_nested(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> 
     for s in specs {
         budget += (s.timeout + PER_VM_BUDGET).mul_f64(scale);
     }
+    // A live L1 prints at least the framing of each VM, which L1 kills at its own timeout: a
+    // longer silence is a hung test host (seen once in nested TCG: 16 minutes of nothing
+    // until the whole budget ran out), retried as soon as it shows.
+    let longest = specs.iter().map(|s| s.timeout).max().unwrap_or_default();
+    let limits = Limits {
+        total: budget,
+        quiet: Some((L1_BUDGET + longest + PER_VM_BUDGET).mul_f64(scale)),
+    };
     let max_guest_mib = specs.iter().map(|s| s.memory_mib).max().unwrap_or(0);
     let pmem_mib: u64 = disks
         .iter()
@@ -113,7 +121,7 @@ pub(crate) fn run_nested(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> 
             fs::create_dir_all(&d).map_err(|e| RunnerError::io("create attempt dir", e))?;
             d
         };
-        let run = run_l1(env, &attempt_dir, &payload, &disks, smp, l1_mib, budget)?;
+        let run = run_l1(env, &attempt_dir, &payload, &disks, smp, l1_mib, limits)?;
         if !run.captured.timed_out {
             break run;
         }
@@ -125,9 +133,13 @@ pub(crate) fn run_nested(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> 
                 tail: tail(&run.captured.stdout, 30),
             });
         }
+        let why = if run.captured.went_quiet {
+            format!("printed nothing for {} s", limits.quiet.unwrap_or_default().as_secs())
+        } else {
+            format!("timed out after {} s", budget.as_secs())
+        };
         eprintln!(
-            "pmo-integration: nested test host timed out after {} s (logs: {}); retrying once",
-            budget.as_secs(),
+            "pmo-integration: nested test host {why} (logs: {}); retrying once",
             attempt_dir.display()
         );
         restore(&disks, &backups)?;
@@ -222,11 +234,12 @@ fn run_l1(
     disks: &[Disk],
     smp: u32,
     memory_mib: u64,
-    budget: Duration,
+    limits: Limits,
 ) -> Result<L1Run> {
     let (cmd, initrd) = l1_command(env, log_dir, payload, disks, smp, memory_mib)?;
     let log = log_dir.join("l1-console.log");
-    let captured = run_logged(cmd, budget, &log, &log_dir.join("qemu-stderr.log"), "L1| ");
+    let err_log = log_dir.join("qemu-stderr.log");
+    let captured = run_logged_with(cmd, limits, &log, &err_log, "L1| ", None);
     drop_initrd(&initrd);
     Ok(L1Run {
         captured: captured?,

@@ -194,6 +194,7 @@ mod tests {
             captured: Captured {
                 status: None,
                 timed_out: false,
+                went_quiet: false,
                 stdout: lines,
                 stderr: Vec::new(),
                 elapsed: Duration::from_secs(72),
@@ -217,6 +218,7 @@ mod tests {
             captured: Captured {
                 status: None,
                 timed_out: false,
+                went_quiet: false,
                 stdout: vec![
                     line("@@TESTHOST-READY kvm=yes", 4),
                     line("@@VM-BEGIN 0", 5),
