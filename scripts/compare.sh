@@ -9,6 +9,9 @@
 #   scripts/compare.sh               full sizes, three rounds (about 28 minutes on 2 cores)
 #   scripts/compare.sh --apps micro  the microbenchmarks alone (about 6 minutes)
 #   scripts/compare.sh --quick       tiny sizes, one round (seconds; numbers not meaningful)
+#   scripts/compare.sh --paper-sizes 2dConv, Gauss, LU and TMM at the papers' sizes (with
+#                                    integrity) and the applications, 1 thread, one round
+#                                    (about 35 minutes; the sizes are in docs/compare.md)
 #   scripts/compare.sh --pm-model    the PM timing model on the medium (default: DRAM-backed file)
 # Other flags go to pmo-compare: --apps micro,ycsb,filebench --workloads a,b --threads 1,2
 # --session S --repeat R.
@@ -24,7 +27,13 @@ cargo build --release -q -p pmo-harness
 # draw the plot (failed bars are marked), then pass the failure on.
 status=0
 rm -f "$out/compare.md" "$out/compare.csv" "$out/compare.png"
-"$target/release/pmo-compare" --out "$out" "$@" || status=$?
+# At the papers' sizes a cell takes up to two minutes: one thread and one round fit the run in
+# 40 minutes. Flags after it still override these.
+defaults=()
+for arg in "$@"; do
+    [[ $arg == --paper-sizes ]] && defaults=(--threads 1 --repeat 1)
+done
+"$target/release/pmo-compare" --out "$out" "${defaults[@]}" "$@" || status=$?
 if [[ ! -f $out/compare.csv || $status -eq 2 ]]; then
     exit "$status"
 fi

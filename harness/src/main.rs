@@ -1,7 +1,7 @@
 //! `pmo-compare`: runs the design comparison matrix and writes compare.{md,csv} (the PNG is
 //! drawn from the CSV by scripts/plot_compare.py; scripts/compare.sh runs both).
 //!
-//! Usage: `pmo-compare [--quick] [--pm-model] [--out DIR] [--apps micro,ycsb,filebench]
+//! Usage: `pmo-compare [--quick | --paper-sizes] [--pm-model] [--out DIR] [--apps micro,ycsb,filebench]
 //! [--workloads a,b,..] [--threads 1,2] [--session S] [--cadence C] [--size N] [--repeat R]`
 
 use std::collections::HashMap;
@@ -40,6 +40,8 @@ const GROUPS: [&str; 3] = ["micro", "ycsb", "filebench"];
 
 struct Args {
     quick: bool,
+    /// The microbenchmarks at the papers' sizes (`Workload::paper`), with integrity only.
+    paper_sizes: bool,
     pm_model: bool,
     out: PathBuf,
     /// The `--apps` groups chosen (default: all).
@@ -76,6 +78,7 @@ fn names(
 fn parse() -> Result<Args, CliError> {
     let mut a = Args {
         quick: false,
+        paper_sizes: false,
         pm_model: false,
         out: PathBuf::from("target/compare"),
         groups: None,
@@ -96,6 +99,7 @@ fn parse() -> Result<Args, CliError> {
         let mut val = |name: &'static str| it.next().ok_or(CliError::Missing(name));
         match arg.as_str() {
             "--quick" => a.quick = true,
+            "--paper-sizes" => a.paper_sizes = true,
             "--pm-model" => a.pm_model = true,
             "--out" => a.out = PathBuf::from(val("--out")?),
             "--apps" => a.groups = Some(names("--apps", &val("--apps")?, &GROUPS)?),
@@ -140,6 +144,9 @@ fn parse() -> Result<Args, CliError> {
             _ => return Err(CliError::Unknown(arg)),
         }
     }
+    if a.quick && a.paper_sizes {
+        return Err(CliError::Bad("--paper-sizes", "with --quick".to_string()));
+    }
     Ok(a)
 }
 
@@ -167,10 +174,11 @@ impl Item {
     }
 
     /// Integrity settings run at `threads`: the microbenchmarks both at one thread and with
-    /// integrity beyond (as before); the applications both everywhere.
-    fn integrities(&self, threads: usize) -> &'static [bool] {
+    /// integrity beyond, and with integrity only at the papers' sizes (a cell takes up to two
+    /// minutes there); the applications both everywhere.
+    fn integrities(&self, threads: usize, paper_sizes: bool) -> &'static [bool] {
         match self {
-            Item::Micro(_) if threads > 1 => &[true],
+            Item::Micro(_) if threads > 1 || paper_sizes => &[true],
             _ => &[false, true],
         }
     }
@@ -185,7 +193,12 @@ fn items(a: &Args) -> Result<Vec<Item>, CliError> {
     };
     for name in workloads::NAMES {
         if wanted(name, "micro") {
-            if let Some(w) = Workload::preset(name, a.quick) {
+            let w = if a.paper_sizes {
+                Workload::paper(name)
+            } else {
+                Workload::preset(name, a.quick)
+            };
+            if let Some(w) = w {
                 let w = a.size.map_or(w.clone(), |n| w.with_size(n));
                 w.check()
                     .map_err(|e| CliError::Engine(engine::EngineError::Workload(e)))?;
@@ -279,7 +292,7 @@ fn run(a: &Args) -> Result<Report, CliError> {
                         );
                     }
                 }
-                for &integrity in item.integrities(threads) {
+                for &integrity in item.integrities(threads, a.paper_sizes) {
                     for (si, spec) in specs.iter().enumerate() {
                         let key = (wi, threads, integrity, si);
                         if matches!(runs.get(&key), Some(Err(_))) {
@@ -329,6 +342,7 @@ fn run(a: &Args) -> Result<Report, CliError> {
     let mut rep = Report {
         medium: env.medium.clone(),
         quick: a.quick,
+        paper_sizes: a.paper_sizes,
         session: a.session,
         cadence: a.cadence,
         designs: specs.iter().map(|s| s.label).collect(),
@@ -354,7 +368,7 @@ fn run(a: &Args) -> Result<Report, CliError> {
             // The exact metrics need the same pages in the reference run: the applications
             // give them only single-threaded (same seed, same order).
             let exact = matches!(item, Item::Micro(_)) || threads == 1;
-            for &integrity in item.integrities(threads) {
+            for &integrity in item.integrities(threads, a.paper_sizes) {
                 let mut cells: Vec<_> = (0..specs.len())
                     .map(|si| match runs.remove(&(wi, threads, integrity, si)) {
                         Some(Ok(v)) => median(v).ok_or_else(|| "not run".to_string()),

@@ -63,6 +63,8 @@ pub struct Report {
     pub medium: String,
     /// Tiny sizes: the numbers are a smoke test only.
     pub quick: bool,
+    /// The microbenchmarks ran at the papers' sizes (`--paper-sizes`).
+    pub paper_sizes: bool,
     /// Attach-session size (psyncs per detach); the issue states the wedi target for 2.
     pub session: u64,
     /// The psync cadence if fixed on the command line.
@@ -572,6 +574,8 @@ impl Report {
             "- sizes: {}; each row is the median of {} round(s) (the runs of a cell interleaved with every other cell's), with the min-max of its totals",
             if self.quick {
                 "quick (tiny, not meaningful)"
+            } else if self.paper_sizes {
+                "the papers' (microbenchmarks with integrity only; docs/compare.md)"
             } else {
                 "full"
             },

@@ -207,6 +207,24 @@ impl Workload {
         })
     }
 
+    /// The papers' size of a microbenchmark (`--paper-sizes`), or `None` for the two scans,
+    /// which are ours. 2dConv, LU and TMM take LPMO's sizes (Table 3: 256x1024 read as 256
+    /// sweeps over a 1024x1024 image, LU 6144, TMM 4096 with 16-row tiles); Gauss takes
+    /// LOaPP's 8192, because LPMO's 18432 (25x the work) would take about 20 minutes a cell
+    /// on this 2-core host (docs/compare.md).
+    pub fn paper(name: &str) -> Option<Workload> {
+        Some(match name {
+            "2dconv" => Workload::Conv2d {
+                n: 1024,
+                sweeps: 256,
+            },
+            "gauss" => Workload::Gauss { n: 8192 },
+            "lu" => Workload::Lu { n: 6144 },
+            "tmm" => Workload::Tmm { n: 4096, tile: 16 },
+            _ => return None,
+        })
+    }
+
     /// The same workload with its main size replaced: the matrix order N (2dConv, Gauss, LU,
     /// TMM) or the number of pages (`seq`: segments of N/16 pages; `random`). Checked when run.
     pub fn with_size(&self, size: usize) -> Workload {
@@ -896,6 +914,25 @@ mod tests {
             assert_eq!(run(&w, 2), want, "{w:?}");
         }
         assert_eq!(fnv1a(FNV_BASIS, b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn paper_sizes_are_valid_and_only_for_the_papers_kernels() {
+        for name in NAMES {
+            match Workload::paper(name) {
+                Some(w) => {
+                    assert_eq!(w.name(), name);
+                    w.check().unwrap();
+                    // Each is more work than the preset (2dConv: the same image, 32x the
+                    // sweeps) and fits this 24 GiB host many times.
+                    let preset = Workload::preset(name, false).unwrap();
+                    assert!(w.iters() > preset.iters(), "{name}");
+                    assert!(w.pmo_bytes() >= preset.pmo_bytes(), "{name}");
+                    assert!(w.pmo_bytes() < 1 << 30, "{name}: {}", w.pmo_bytes());
+                }
+                None => assert!(["seq", "random"].contains(&name), "{name}"),
+            }
+        }
     }
 
     #[test]
