@@ -19,11 +19,13 @@ use acpi_tables::aml;
 use acpi_tables::sdt::Sdt;
 use acpi_tables::Aml;
 use cxl_t3::dvsec;
-use cxl_t3::expander::{Expander, ExpanderConfig, ExpanderError};
+use cxl_t3::expander::{CxlMedium, Expander, ExpanderConfig, ExpanderError};
 use cxl_t3::hdm::DecoderEvent;
 use cxl_t3::lsa::{Lsa, LsaError};
 use cxl_t3::mailbox::{Commands, Health, MailboxError};
 use cxl_t3::regs::{self, DeviceRegs};
+use pmo_store::crypto::ExtentKeyring;
+use pmo_store::medium::Medium;
 use zeroize::Zeroizing;
 
 use crate::config::CxlT3Config;
@@ -328,6 +330,79 @@ fn read_key(path: &Path) -> Result<Zeroizing<Vec<u8>>, CxlError> {
     Ok(key)
 }
 
+/// Opens the expander `cfg` describes (its media created when missing).
+fn open_expander(cfg: &CxlT3Config) -> Result<Arc<Expander>, CxlError> {
+    Expander::open(&ExpanderConfig {
+        media: cfg.media.clone(),
+        size: cfg.size,
+        cache_bytes: cfg.cache,
+        ways: cfg.ways,
+        media_latency_ns: cfg.latency_ns,
+    })
+    .map_err(|source| CxlError::Expander {
+        media: cfg.media.display().to_string(),
+        source,
+    })
+}
+
+/// A PMO store's medium on a `guest=off` expander.
+pub struct PmoStoreMedium {
+    /// The expander: the machine flushes it and marks it clean at exit.
+    pub expander: Arc<Expander>,
+    /// Its whole DPA space, each PMO extent under its own TEE range key.
+    pub medium: Arc<dyn Medium>,
+    /// The media held nothing yet: the store is formatted on it.
+    pub blank: bool,
+}
+
+/// Opens the expander `cfg` for a PMO store, its extents keyed from the master key in
+/// `master_key` (read here; this copy is wiped on return, the keyring's when it goes).
+pub fn pmo_store_medium(cfg: &CxlT3Config, master_key: &Path) -> Result<PmoStoreMedium, CxlError> {
+    let master = read_key(master_key)?;
+    let keyring = ExtentKeyring::new(&master).map_err(|e| CxlError::Key {
+        path: master_key.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    let blank = media_is_blank(&cfg.media).map_err(|e| CxlError::Expander {
+        media: cfg.media.display().to_string(),
+        source: ExpanderError::Os {
+            what: "read media",
+            source: e,
+        },
+    })?;
+    let expander = open_expander(cfg)?;
+    let medium = Arc::new(CxlMedium::new(expander.clone()).with_keyring(keyring));
+    Ok(PmoStoreMedium {
+        expander,
+        medium,
+        blank,
+    })
+}
+
+/// Whether the media file holds nothing yet: missing, or every DPA byte zero (as `pmovmm cxl
+/// create` leaves it). Only such media is formatted as a PMO store; anything else must open
+/// as one, so a damaged store is an error rather than silently replaced.
+fn media_is_blank(media: &Path) -> std::io::Result<bool> {
+    let mut f = match std::fs::File::open(media) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+        Err(e) => return Err(e),
+    };
+    let mut header = vec![0u8; cxl_t3::media::HEADER_LEN as usize];
+    f.read_exact(&mut header)?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(true);
+        }
+        // An OR over the chunk vectorizes; an early-exit scan does not.
+        if buf[..n].iter().fold(0u8, |acc, &b| acc | b) != 0 {
+            return Ok(false);
+        }
+    }
+}
+
 impl CxlMemdev {
     /// Opens the device's expander and LSA and builds its function for the
     /// host bridge `bridge`.
@@ -336,17 +411,7 @@ impl CxlMemdev {
         bridge: HostBridge,
         mapper: SlotMapper,
     ) -> Result<Self, CxlError> {
-        let expander = Expander::open(&ExpanderConfig {
-            media: cfg.media.clone(),
-            size: cfg.size,
-            cache_bytes: cfg.cache,
-            ways: cfg.ways,
-            media_latency_ns: cfg.latency_ns,
-        })
-        .map_err(|source| CxlError::Expander {
-            media: cfg.media.display().to_string(),
-            source,
-        })?;
+        let expander = open_expander(cfg)?;
         if let Some(path) = &cfg.key {
             let key = read_key(path)?;
             expander
@@ -619,6 +684,61 @@ mod tests {
         assert_eq!(read_key(&p).unwrap().len(), 64);
         std::fs::write(&p, [7u8; 16]).unwrap();
         assert!(read_key(&p).unwrap_err().to_string().contains("16 bytes"));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Only media with no DPA byte written is formatted as a PMO store; a store (or anything
+    /// else) on it must open as one, and a PMO store on an expander works across reopens with
+    /// the master key, formatted once.
+    #[test]
+    fn only_blank_media_is_formatted_as_a_pmo_store() {
+        let dir = std::env::temp_dir().join(format!("cxl-pmo-store-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let media = dir.join("m.img");
+        let key = dir.join("master");
+        std::fs::write(&key, [9u8; 32]).unwrap();
+        let cfg = CxlT3Config {
+            media: media.clone(),
+            size: 256 << 20,
+            lsa: dir.join("m.img.lsa"),
+            cache: 1 << 20,
+            ways: 8,
+            latency_ns: 0,
+            key: None,
+            serial: None,
+            id: Some("s".into()),
+            guest: false,
+        };
+        assert!(media_is_blank(&media).unwrap(), "missing media");
+        let m = pmo_store_medium(&cfg, &key).unwrap();
+        assert!(m.blank);
+        let opts = pmo_store::StoreOptions {
+            kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
+            ..Default::default()
+        };
+        let store = pmo_store::Store::open_or_format(m.medium, m.blank, opts.clone()).unwrap();
+        drop(store);
+        m.expander.shutdown().unwrap();
+        drop(m.expander);
+        assert!(!media_is_blank(&media).unwrap(), "a store was written");
+        let m = pmo_store_medium(&cfg, &key).unwrap();
+        assert!(!m.blank);
+        pmo_store::Store::open_or_format(m.medium, m.blank, opts).unwrap();
+        drop(m.expander);
+
+        // A header and zero DPA bytes is blank; one byte past the header is not.
+        std::fs::write(&media, vec![0u8; 4096 + 8192]).unwrap();
+        assert!(media_is_blank(&media).unwrap());
+        let mut b = vec![0u8; 4096 + 8192];
+        b[4096 + 5000] = 1;
+        std::fs::write(&media, b).unwrap();
+        assert!(!media_is_blank(&media).unwrap());
+        let mut b = vec![0u8; 4096 + 8192];
+        b[100] = 1;
+        std::fs::write(&media, b).unwrap();
+        assert!(media_is_blank(&media).unwrap(), "the header is not DPA");
+        std::fs::write(&key, [9u8; 16]).unwrap();
+        assert!(pmo_store_medium(&cfg, &key).is_err(), "a short master key");
         std::fs::remove_dir_all(dir).unwrap();
     }
 

@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
+use cxl_t3::expander::Expander;
 use pmo_virtio::device::{DeviceError, PmoDevice, PmoService};
 use pmo_virtio::pager::Pager;
 use virtio_devices::pmem::{Pmem, PmemError};
@@ -89,6 +90,10 @@ pub enum MachineError {
     /// The devices' memory regions do not fit the device-memory area of the address map.
     #[error("device memory area exhausted")]
     DeviceMemory,
+    /// `pmo_on_cxl` names no expander of the configuration (a `VmConfig` not built by
+    /// `VmConfig::from_args`).
+    #[error("the PMO store's expander is not in the configuration")]
+    PmoExpander,
 }
 
 /// A machine ready to run.
@@ -110,6 +115,9 @@ pub struct Machine {
     /// CXL memory devices: unmapped from the guest, flushed and marked
     /// clean (GPF) when the machine stops.
     cxl_devs: Vec<Arc<Mutex<CxlMemdev>>>,
+    /// The expander the PMO store lives on (`--pmo-store cxl=NAME`): flushed and marked clean
+    /// after the PMO service has detached everything.
+    pmo_expander: Option<Arc<Expander>>,
 }
 
 fn io_err(what: &'static str) -> impl Fn(std::io::Error) -> MachineError {
@@ -209,8 +217,20 @@ impl Machine {
         let mut mmio64 = Window::new(layout::MMIO64_START, layout::MMIO64_SIZE);
         let mut pmo_service = None;
         let mut refused: Option<Arc<dyn RefusedPages>> = None;
+        let mut pmo_expander = None;
         if let Some(p) = &cfg.pmo {
-            let dev = PmoDevice::new(p)?;
+            let dev = match &cfg.pmo_on_cxl {
+                Some(on) => {
+                    let c = cfg
+                        .cxl_t3
+                        .get(on.expander)
+                        .ok_or(MachineError::PmoExpander)?;
+                    let m = cxl::pmo_store_medium(c, &on.master_key)?;
+                    pmo_expander = Some(m.expander);
+                    PmoDevice::with_medium(p, m.medium, m.blank)?
+                }
+                None => PmoDevice::new(p)?,
+            };
             let service = dev.service().clone();
             let mut transport = VirtioPci::new(
                 Box::new(dev),
@@ -231,7 +251,8 @@ impl Machine {
         // CXL memory expanders, each on a host bridge of its own.
         let mut bridges = Vec::new();
         let mut cxl_devs = Vec::new();
-        for (i, c) in cfg.cxl_t3.iter().enumerate() {
+        // `guest=off` expanders have no host bridge: only the PMO store uses them.
+        for (i, c) in cfg.cxl_t3.iter().filter(|c| c.guest).enumerate() {
             let window = devmem
                 .alloc(c.size, CXL_ALIGN)
                 .map_err(|_| MachineError::DeviceMemory)?;
@@ -278,6 +299,7 @@ impl Machine {
             pmem_files,
             pmo: pmo_service,
             cxl_devs,
+            pmo_expander,
             _slots: slots,
         })
     }
@@ -300,6 +322,12 @@ impl Machine {
             // Detach what the guest left attached: the store ends each session
             // as of its last psync, scrubs the shadows, and nothing is left to recover.
             pmo.detach_all();
+        }
+        if let Some(x) = &self.pmo_expander {
+            match x.shutdown() {
+                Ok(()) => log::info!("PMO store expander: flushed, {:?}", x.stats()),
+                Err(err) => log::error!("PMO store expander: shutdown flush: {err}"),
+            }
         }
         for f in &self.pmem_files {
             if let Err(e) = f.sync_data() {

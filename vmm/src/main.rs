@@ -25,7 +25,7 @@ enum Command {
     ///
     /// Exit status: 0 when the guest powers off or reboots, 2 when the guest
     /// kernel panicked, 3 when a vCPU triple-faulted, 1 on VMM errors.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Manage a PMO store file on the host (the guest is not involved).
     #[command(subcommand)]
     Store(StoreCommand),

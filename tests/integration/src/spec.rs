@@ -55,6 +55,9 @@ pub struct VmSpec {
     pub pmo_store: Option<PmemSpec>,
     /// CXL memory expanders, in order.
     pub cxl: Vec<CxlSpec>,
+    /// The PMO store on the media of the expander with this `id=` (`--pmo-store cxl=ID`), its
+    /// extents keyed from the master key file (`--pmo-master-key`, travels like a key file).
+    pub pmo_on_cxl: Option<(String, PathBuf)>,
     /// More `pmovmm run` arguments, appended last.
     pub extra_args: Vec<String>,
     /// How long the VM may run, from the VMM's start to its exit.
@@ -99,6 +102,7 @@ impl VmSpec {
             cmdline_extra: Vec::new(),
             pmem: Vec::new(),
             pmo_store: None,
+            pmo_on_cxl: None,
             cxl: Vec::new(),
             extra_args: Vec::new(),
             timeout: DEFAULT_VM_TIMEOUT,
@@ -169,6 +173,13 @@ impl VmSpec {
         self
     }
 
+    /// Gives the VM the PMO device with its store on the expander `id` (declared with
+    /// `cxl_t3(.., "id=ID,guest=off")`), keyed from `master_key`.
+    pub fn pmo_store_on_cxl(mut self, id: &str, master_key: impl Into<PathBuf>) -> Self {
+        self.pmo_on_cxl = Some((id.to_string(), master_key.into()));
+        self
+    }
+
     /// Adds a CXL Type 3 expander on `media` (LSA next to it as `<media>.lsa`), with a
     /// range key from `key` if given and more `--cxl-t3` `options` (may be empty).
     pub fn cxl_t3(
@@ -223,7 +234,10 @@ impl VmSpec {
             .iter()
             .map(|c| (c.media.path.clone(), c.lsa.path.clone(), c.key.clone()))
             .collect();
-        Ok(vmm_args(self, &kernel, &initrd, &pmem, store, &cxl))
+        let master_key = self.pmo_on_cxl.as_ref().map(|(_, k)| k.as_path());
+        Ok(vmm_args(
+            self, &kernel, &initrd, &pmem, store, master_key, &cxl,
+        ))
     }
 
     /// Host files the VM uses: its pmem files, its PMO store, its CXL media and LSA files.
@@ -461,6 +475,7 @@ pub(crate) fn vmm_args(
     initrd: &Path,
     pmem: &[PathBuf],
     pmo_store: Option<&Path>,
+    master_key: Option<&Path>,
     cxl: &[CxlPaths],
 ) -> Vec<String> {
     let mut args = vec![
@@ -489,6 +504,14 @@ pub(crate) fn vmm_args(
         args.push(store.display().to_string());
         // Argon2id at its default cost (64 MiB, 3 passes) takes seconds per attach in the
         // nested software-emulated test host; the tests attach hundreds of times.
+        args.push("--pmo-kdf".to_string());
+        args.push(VM_TEST_KDF.to_string());
+    }
+    if let (Some((id, _)), Some(key)) = (&spec.pmo_on_cxl, master_key) {
+        args.push("--pmo-store".to_string());
+        args.push(format!("cxl={id}"));
+        args.push("--pmo-master-key".to_string());
+        args.push(key.display().to_string());
         args.push("--pmo-kdf".to_string());
         args.push(VM_TEST_KDF.to_string());
     }
@@ -553,6 +576,7 @@ mod tests {
             Path::new("/i"),
             &[PathBuf::from("/a"), PathBuf::from("/b")],
             Some(Path::new("/s")),
+            None,
             &[],
         );
         let joined = args.join("|");

@@ -42,18 +42,20 @@ pub struct RunArgs {
     /// cache [default: 64M]; ways: its associativity [default: 8]; latency:
     /// media latency in ns per miss or write-back [default: 25000]; key:
     /// file with a TEE range key for the whole device; serial: the device's serial number
-    /// (decimal or 0x hex) [default: derived from the media path].
+    /// (decimal or 0x hex) [default: derived from the media path]; id: a name for
+    /// `--pmo-store cxl=NAME`; guest=off: the VMM keeps the device (no PCI function).
     #[arg(
         long = "cxl-t3",
-        value_name = "media=FILE,size=SIZE[,lsa=FILE][,cache=SIZE][,ways=N][,latency=NS][,key=FILE][,serial=N]"
+        value_name = "media=FILE,size=SIZE[,lsa=FILE][,cache=SIZE][,ways=N][,latency=NS][,key=FILE][,serial=N][,id=NAME][,guest=on|off]"
     )]
     pub cxl_t3: Vec<String>,
     /// Where the guest's serial console goes [default: stdout].
     #[arg(long, value_name = "FILE|stdout")]
     pub console: Option<String>,
     /// PMO store file served to the guest through the virtio-pmo device
-    /// (created and formatted with SIZE if missing).
-    #[arg(long, value_name = "FILE[,SIZE]")]
+    /// (created and formatted with SIZE if missing), or `cxl=NAME`: on the media of the
+    /// `--cxl-t3 id=NAME,guest=off` expander (formatted when the media file is new).
+    #[arg(long, value_name = "FILE[,SIZE]|cxl=NAME")]
     pub pmo_store: Option<String>,
     /// PMO design for attach sessions: wedi, bp-ip, bp-id, sp-ip, sp-id, d
     /// [default: each PMO's own].
@@ -75,6 +77,11 @@ pub struct RunArgs {
     /// refused; the file is created from the store when missing.
     #[arg(long, value_name = "FILE")]
     pub pmo_anchor: Option<PathBuf>,
+    /// File holding the VMM's master key (32 or 64 bytes) for a PMO store on an expander
+    /// (`--pmo-store cxl=NAME`): each PMO's extent gets a TEE range key derived from it. The
+    /// key itself is never on the command line and never logged.
+    #[arg(long, value_name = "FILE")]
+    pub pmo_master_key: Option<PathBuf>,
     /// Test hook: the VMM kills itself at this persist point of a psync (crash tests).
     #[arg(long, value_name = "N", hide = true)]
     #[serde(skip)]

@@ -107,6 +107,21 @@ pub struct CxlT3Config {
     pub key: Option<PathBuf>,
     /// Device serial number; `None`: derived from the media path.
     pub serial: Option<u64>,
+    /// Name other options refer to it by (`--pmo-store cxl=NAME`).
+    pub id: Option<String>,
+    /// Shown to the guest (`guest=on`, the default); `guest=off` keeps it for the VMM: no
+    /// host bridge, no PCI function, its memory only the PMO store's medium.
+    pub guest: bool,
+}
+
+/// Longest `id=` of an expander.
+pub const MAX_ID_LEN: usize = 32;
+
+fn valid_id(id: &str) -> bool {
+    (1..=MAX_ID_LEN).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// CXL decoders and memory windows work in 256 MiB units.
@@ -124,13 +139,14 @@ pub const MAX_CXL_T3: usize = layout::CXL_MAX_HOST_BRIDGES;
 
 impl CxlT3Config {
     /// Parses `--cxl-t3 media=FILE,size=SIZE[,lsa=FILE][,cache=SIZE][,ways=N][,latency=NS]
-    /// [,key=FILE][,serial=N]` and checks every value and the files it names.
+    /// [,key=FILE][,serial=N][,id=NAME][,guest=on|off]` and checks every value and the files
+    /// it names.
     pub fn parse(text: &str, base: &Path) -> Result<Self, ConfigError> {
         let opts = OptionList::parse(
             "cxl-t3",
             text,
             &[
-                "media", "size", "lsa", "cache", "ways", "latency", "key", "serial",
+                "media", "size", "lsa", "cache", "ways", "latency", "key", "serial", "id", "guest",
             ],
             0,
         )?;
@@ -193,6 +209,27 @@ impl CxlT3Config {
             None => None,
         };
         let key = opts.get("key").map(|k| base.join(k));
+        let id = match opts.get("id") {
+            Some(id) if valid_id(id) => Some(id.to_string()),
+            Some(id) => {
+                return Err(opts.error(format!(
+                    "id \"{id}\" is not 1 to {MAX_ID_LEN} letters, digits, '-' or '_'"
+                )))
+            }
+            None => None,
+        };
+        let guest = match opts.get("guest") {
+            None | Some("on") => true,
+            Some("off") => false,
+            Some(g) => return Err(opts.error(format!("guest \"{g}\" is not on or off"))),
+        };
+        if !guest && key.is_some() {
+            return Err(opts.error(
+                "key= keys the guest's view; an expander kept from the guest takes its keys \
+                 from --pmo-master-key"
+                    .into(),
+            ));
+        }
         check_parent_dir("cxl-t3 media", &media)?;
         check_parent_dir("cxl-t3 LSA", &lsa)?;
         if let Some(key) = &key {
@@ -207,6 +244,8 @@ impl CxlT3Config {
             latency_ns,
             key,
             serial,
+            id,
+            guest,
         })
     }
 

@@ -108,9 +108,18 @@ pub enum ConfigError {
         /// Media file.
         path: PathBuf,
     },
-    /// More expanders than host bridges.
-    #[error("more than {MAX_CXL_T3} --cxl-t3 devices")]
+    /// Two expanders with one `id=`.
+    #[error("cxl-t3 id={0}: given twice")]
+    CxlIdDuplicate(String),
+    /// More guest-visible expanders than host bridges.
+    #[error("more than {MAX_CXL_T3} --cxl-t3 devices shown to the guest")]
     CxlTooMany,
+    /// A `guest=off` expander that no PMO store uses.
+    #[error("cxl-t3 media {}: kept from the guest (guest=off) but no --pmo-store cxl= uses it", path.display())]
+    CxlUnused {
+        /// Media file.
+        path: PathBuf,
+    },
     /// An expander capacity the decoders cannot map.
     #[error("size {0}: must be a non-zero multiple of 256M")]
     CxlSize(ByteSize),
@@ -119,7 +128,7 @@ pub enum ConfigError {
     InvalidConsole(String),
     /// PMO options without a store to apply them to.
     #[error(
-        "--pmo-design, --pmo-window, --pmo-predictor, --pmo-kdf and --pmo-anchor need --pmo-store"
+        "--pmo-design, --pmo-window, --pmo-predictor, --pmo-kdf, --pmo-anchor and --pmo-master-key need --pmo-store"
     )]
     PmoWithoutStore,
     /// An Argon2id cost that does not parse or is out of bounds.
@@ -131,6 +140,18 @@ pub enum ConfigError {
         /// Store file.
         path: PathBuf,
     },
+    /// `--pmo-store cxl=NAME` with no such expander.
+    #[error("--pmo-store cxl={0}: no --cxl-t3 has id={0}")]
+    PmoCxlUnknown(String),
+    /// `--pmo-store cxl=NAME` on an expander the guest sees.
+    #[error("--pmo-store cxl={0}: the guest sees that expander; give it guest=off")]
+    PmoCxlGuest(String),
+    /// A store on an expander without the key its PMO extents are keyed from.
+    #[error("--pmo-store cxl=NAME needs --pmo-master-key FILE")]
+    PmoNoMasterKey,
+    /// A master key for a store that does not use one.
+    #[error("--pmo-master-key is for a PMO store on an expander (--pmo-store cxl=NAME)")]
+    PmoMasterKeyUnused,
     /// A PMO window the address map cannot hold or the pager cannot use.
     #[error("PMO window {0}: must be a non-zero multiple of 2M, at most 64G")]
     PmoWindow(ByteSize),

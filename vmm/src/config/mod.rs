@@ -99,6 +99,17 @@ pub struct VmConfig {
     pub pmo: Option<PmoDeviceConfig>,
     /// CXL Type 3 memory expanders, in command-line order.
     pub cxl_t3: Vec<CxlT3Config>,
+    /// The PMO store lives on an expander's media rather than in `pmo.store`'s file.
+    pub pmo_on_cxl: Option<PmoOnCxl>,
+}
+
+/// A PMO store on the media of a `guest=off` expander (`--pmo-store cxl=NAME`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PmoOnCxl {
+    /// Index into [`VmConfig::cxl_t3`].
+    pub expander: usize,
+    /// File with the master key the PMO extents' TEE range keys are derived from.
+    pub master_key: std::path::PathBuf,
 }
 
 impl VmConfig {
@@ -170,19 +181,34 @@ impl VmConfig {
             None => ConsoleOutput::Stdout,
         };
 
-        let pmo = pmo_config(&src)?;
-
         let (specs, base) = src.pick_list(|a| &a.cxl_t3);
-        if specs.len() > MAX_CXL_T3 {
-            return Err(ConfigError::CxlTooMany);
-        }
         let mut cxl_t3: Vec<CxlT3Config> = Vec::new();
         for spec in specs {
             let d = CxlT3Config::parse(spec, base)?;
             if cxl_t3.iter().any(|o| o.media == d.media) {
                 return Err(ConfigError::CxlDuplicate { path: d.media });
             }
+            if let Some(id) =
+                d.id.as_ref()
+                    .filter(|id| cxl_t3.iter().any(|o| o.id.as_ref() == Some(*id)))
+            {
+                return Err(ConfigError::CxlIdDuplicate(id.clone()));
+            }
             cxl_t3.push(d);
+        }
+        if cxl_t3.iter().filter(|d| d.guest).count() > MAX_CXL_T3 {
+            return Err(ConfigError::CxlTooMany);
+        }
+
+        let (pmo, pmo_on_cxl) = pmo_config(&src, &cxl_t3)?;
+        if let Some(d) = cxl_t3
+            .iter()
+            .enumerate()
+            .find(|(i, d)| !d.guest && pmo_on_cxl.as_ref().is_none_or(|p| p.expander != *i))
+        {
+            return Err(ConfigError::CxlUnused {
+                path: d.1.media.clone(),
+            });
         }
 
         Ok(VmConfig {
@@ -195,12 +221,17 @@ impl VmConfig {
             console,
             pmo,
             cxl_t3,
+            pmo_on_cxl,
         })
     }
 }
 
-/// The PMO device: `--pmo-store FILE[,SIZE]` and the `--pmo-*` settings that need it.
-fn pmo_config(src: &Sources<'_>) -> Result<Option<PmoDeviceConfig>, ConfigError> {
+/// The PMO device: `--pmo-store FILE[,SIZE]|cxl=NAME` and the `--pmo-*` settings that need
+/// it; with `cxl=NAME`, the expander it lives on (`cxl_t3`: the parsed `--cxl-t3` devices).
+fn pmo_config(
+    src: &Sources<'_>,
+    cxl_t3: &[CxlT3Config],
+) -> Result<(Option<PmoDeviceConfig>, Option<PmoOnCxl>), ConfigError> {
     let design = src.pick(|a| a.pmo_design.as_deref()).map(|(d, _)| d);
     let window = src.pick(|a| a.pmo_window.as_deref()).map(|(w, _)| w);
     let predictor = src.pick(|a| a.pmo_predictor.as_deref()).map(|(p, _)| p);
@@ -208,24 +239,58 @@ fn pmo_config(src: &Sources<'_>) -> Result<Option<PmoDeviceConfig>, ConfigError>
     let anchor = src
         .pick(|a| a.pmo_anchor.as_deref())
         .map(|(p, base)| base.join(p));
+    let master_key = src
+        .pick(|a| a.pmo_master_key.as_deref())
+        .map(|(p, base)| base.join(p));
     let Some((store, base)) = src.pick(|a| a.pmo_store.as_deref()) else {
         if design.is_some()
             || window.is_some()
             || predictor.is_some()
             || kdf.is_some()
             || anchor.is_some()
+            || master_key.is_some()
         {
             return Err(ConfigError::PmoWithoutStore);
         }
-        return Ok(None);
+        return Ok((None, None));
     };
-    let opts = OptionList::parse("pmo-store", store, &["path", "size"], 2)?;
-    let store = base.join(opts.required("path")?);
-    let store_size = opts.size("size")?;
-    if !store.exists() && store_size.is_none() {
-        return Err(ConfigError::PmoStoreSize { path: store });
-    }
-    check_parent_dir("PMO store", &store)?;
+    let opts = OptionList::parse("pmo-store", store, &["path", "size", "cxl"], 2)?;
+    let (store, store_size, on_cxl) = match opts.get("cxl") {
+        Some(name) => {
+            if opts.get("path").is_some() || opts.get("size").is_some() {
+                return Err(opts.error(
+                    "cxl=NAME takes the expander's media and size; no file or size".into(),
+                ));
+            }
+            let (index, dev) = cxl_t3
+                .iter()
+                .enumerate()
+                .find(|(_, d)| d.id.as_deref() == Some(name))
+                .ok_or_else(|| ConfigError::PmoCxlUnknown(name.to_string()))?;
+            if dev.guest {
+                return Err(ConfigError::PmoCxlGuest(name.to_string()));
+            }
+            let master_key = master_key.clone().ok_or(ConfigError::PmoNoMasterKey)?;
+            check_readable("PMO master key file", &master_key)?;
+            let on = PmoOnCxl {
+                expander: index,
+                master_key,
+            };
+            (dev.media.clone(), None, Some(on))
+        }
+        None => {
+            if master_key.is_some() {
+                return Err(ConfigError::PmoMasterKeyUnused);
+            }
+            let store = base.join(opts.required("path")?);
+            let store_size = opts.size("size")?;
+            if !store.exists() && store_size.is_none() {
+                return Err(ConfigError::PmoStoreSize { path: store });
+            }
+            check_parent_dir("PMO store", &store)?;
+            (store, store_size, None)
+        }
+    };
     let window_size = match window {
         Some(text) => parse_size(text)?,
         None => DEFAULT_PMO_WINDOW,
@@ -240,7 +305,7 @@ fn pmo_config(src: &Sources<'_>) -> Result<Option<PmoDeviceConfig>, ConfigError>
     if let Some(anchor) = &anchor {
         check_parent_dir("PMO anchor", anchor)?;
     }
-    Ok(Some(PmoDeviceConfig {
+    let device = PmoDeviceConfig {
         store,
         store_size,
         design: design.map(str::to_string),
@@ -253,7 +318,8 @@ fn pmo_config(src: &Sources<'_>) -> Result<Option<PmoDeviceConfig>, ConfigError>
             anchor,
             ..StoreOptions::default()
         },
-    }))
+    };
+    Ok((Some(device), on_cxl))
 }
 
 #[cfg(test)]

@@ -163,6 +163,7 @@ fn full_command_line() {
             console: ConsoleOutput::File(s.path("console.log")),
             pmo: None,
             cxl_t3: vec![],
+            pmo_on_cxl: None,
         }
     );
     // Validation created nothing.
@@ -674,6 +675,8 @@ fn cxl_t3_options() {
                 latency_ns: DEFAULT_CXL_LATENCY_NS,
                 key: None,
                 serial: None,
+                id: None,
+                guest: true,
             },
             CxlT3Config {
                 media: s.path("b.img"),
@@ -684,6 +687,8 @@ fn cxl_t3_options() {
                 latency_ns: 0,
                 key: Some(s.path("key")),
                 serial: Some(0x1f),
+                id: None,
+                guest: true,
             },
         ]
     );
@@ -720,4 +725,113 @@ fn cxl_t3_options() {
     .unwrap();
     let t = VmConfig::from_args(&args(&["--config", &s.arg("vm.toml")])).unwrap();
     assert_eq!(t.cxl_t3, ok.cxl_t3[..1].to_vec());
+}
+
+#[test]
+fn pmo_store_on_a_private_expander() {
+    let s = Scratch::new("pmo-cxl");
+    let k = s.arg("bzImage");
+    s.file("master", 32);
+    let media = s.arg("m.img");
+    let private = format!("media={media},size=256M,id=store,guest=off");
+    let master = s.arg("master");
+    let run = |extra: &[&str]| {
+        let mut a = vec!["--kernel", k.as_str()];
+        a.extend_from_slice(extra);
+        VmConfig::from_args(&args(&a))
+    };
+    let ok = run(&[
+        "--cxl-t3",
+        &private,
+        "--pmo-store",
+        "cxl=store",
+        "--pmo-master-key",
+        &master,
+    ])
+    .unwrap();
+    assert_eq!(
+        ok.pmo_on_cxl,
+        Some(PmoOnCxl {
+            expander: 0,
+            master_key: s.path("master"),
+        })
+    );
+    let pmo = ok.pmo.unwrap();
+    assert_eq!((pmo.store, pmo.store_size), (s.path("m.img"), None));
+    assert!(!ok.cxl_t3[0].guest);
+    assert_eq!(ok.cxl_t3[0].id.as_deref(), Some("store"));
+
+    let e = |extra: &[&str]| run(extra).unwrap_err().to_string();
+    assert_eq!(
+        e(&["--cxl-t3", &private, "--pmo-store", "cxl=store"]),
+        "--pmo-store cxl=NAME needs --pmo-master-key FILE"
+    );
+    assert_eq!(
+        e(&[
+            "--cxl-t3",
+            &private,
+            "--pmo-store",
+            "cxl=other",
+            "--pmo-master-key",
+            &master
+        ]),
+        "--pmo-store cxl=other: no --cxl-t3 has id=other"
+    );
+    let shown = format!("media={media},size=256M,id=store");
+    assert_eq!(
+        e(&[
+            "--cxl-t3",
+            &shown,
+            "--pmo-store",
+            "cxl=store",
+            "--pmo-master-key",
+            &master
+        ]),
+        "--pmo-store cxl=store: the guest sees that expander; give it guest=off"
+    );
+    assert_eq!(
+        e(&["--cxl-t3", &private]),
+        format!(
+            "cxl-t3 media {media}: kept from the guest (guest=off) but no --pmo-store cxl= uses it"
+        )
+    );
+    let store = s.arg("s.img");
+    assert_eq!(
+        e(&[
+            "--pmo-store",
+            &format!("{store},1G"),
+            "--pmo-master-key",
+            &master
+        ]),
+        "--pmo-master-key is for a PMO store on an expander (--pmo-store cxl=NAME)"
+    );
+    assert!(e(&["--pmo-master-key", &master]).contains("need --pmo-store"));
+    assert!(e(&[
+        "--cxl-t3",
+        &private,
+        "--pmo-store",
+        "cxl=store,size=1G",
+        "--pmo-master-key",
+        &master
+    ])
+    .contains("no file or size"));
+    assert!(e(&[
+        "--cxl-t3",
+        &private,
+        "--pmo-store",
+        "cxl=store",
+        "--pmo-master-key",
+        &s.arg("nokey")
+    ])
+    .starts_with("PMO master key file"));
+    let opt = |o: &str| e(&["--cxl-t3", &format!("media={media},size=256M,{o}")]);
+    assert!(opt("guest=maybe").contains("guest \"maybe\" is not on or off"));
+    assert!(opt("id=a/b").contains("id \"a/b\""));
+    assert!(opt(&format!("id={}", "x".repeat(33))).contains("is not 1 to 32"));
+    assert!(opt(&format!("guest=off,id=s,key={master}")).contains("--pmo-master-key"));
+    let other = format!("media={},size=256M,id=store", s.arg("n.img"));
+    assert_eq!(
+        e(&["--cxl-t3", &shown, "--cxl-t3", &other]),
+        "cxl-t3 id=store: given twice"
+    );
 }

@@ -92,48 +92,60 @@ pub struct PmoDeviceConfig {
     pub store_options: StoreOptions,
 }
 
-/// The store file, possibly behind the psync kill hook.
-type KillHook = Option<Arc<KillInPsync<FileMedium>>>;
+/// The store's medium, possibly behind the psync kill hook.
+type KillHook = Option<Arc<KillInPsync<Arc<dyn Medium>>>>;
 
 /// Opens the store file, creating and formatting it if missing.
 pub fn open_store(path: &Path, size: Option<u64>) -> Result<Store, DeviceError> {
-    open_store_with(path, size, StoreOptions::default(), None).map(|(s, _)| s)
+    open_file_store(path, size, StoreOptions::default(), None).map(|(s, _)| s)
 }
 
-fn open_store_with(
+fn open_file_store(
     path: &Path,
     size: Option<u64>,
     opts: StoreOptions,
     kill_at: Option<u64>,
 ) -> Result<(Store, KillHook), DeviceError> {
-    let medium_err = |source| DeviceError::Medium {
-        path: path.to_owned(),
-        source,
-    };
-    let store_err = |source| DeviceError::Store {
-        path: path.to_owned(),
-        source,
-    };
-    let (file, fresh) = FileMedium::open_or_create(path, size).map_err(medium_err)?;
+    let (file, fresh) =
+        FileMedium::open_or_create(path, size).map_err(|source| DeviceError::Medium {
+            path: path.to_owned(),
+            source,
+        })?;
+    let opened = open_store_on(path, Arc::new(file), fresh, opts, kill_at);
+    if opened.is_err() && fresh {
+        // Leave nothing behind that a later run would take for a damaged store.
+        let _ = std::fs::remove_file(path);
+    }
+    opened
+}
+
+/// Opens the store on `medium`, formatting it first when `blank`; `label` (the file or the
+/// media behind it) names it in errors and logs.
+fn open_store_on(
+    label: &Path,
+    medium: Arc<dyn Medium>,
+    blank: bool,
+    opts: StoreOptions,
+    kill_at: Option<u64>,
+) -> Result<(Store, KillHook), DeviceError> {
     let (m, hook): (Arc<dyn Medium>, KillHook) = match kill_at {
         Some(n) => {
-            let k = Arc::new(KillInPsync::new(file, n));
+            let k = Arc::new(KillInPsync::new(medium, n));
             (k.clone(), Some(k))
         }
-        None => (Arc::new(file), None),
+        None => (medium, None),
     };
-    let store = match Store::open_or_format(m, fresh, opts) {
+    let store = match Store::open_or_format(m, blank, opts) {
         Ok((store, Some(report))) => {
-            log::info!("PMO store {}: {report:?}", path.display());
+            log::info!("PMO store {}: {report:?}", label.display());
             store
         }
         Ok((store, None)) => store,
-        Err(e) => {
-            if fresh {
-                // Leave nothing behind that a later run would take for a damaged store.
-                let _ = std::fs::remove_file(path);
-            }
-            return Err(store_err(e));
+        Err(source) => {
+            return Err(DeviceError::Store {
+                path: label.to_owned(),
+                source,
+            })
         }
     };
     Ok((store, hook))
@@ -161,14 +173,27 @@ pub struct PmoDevice {
 }
 
 impl PmoDevice {
-    /// Opens (or creates) the store and starts the service behind the device.
+    /// Opens (or creates) the store file and starts the service behind the device.
     pub fn new(cfg: &PmoDeviceConfig) -> Result<Self, DeviceError> {
-        let service = PmoService::new(cfg)?;
-        Ok(PmoDevice {
+        Ok(Self::serving(PmoService::new(cfg)?))
+    }
+
+    /// The device over a store on a medium the VMM opened (a PMO store on a CXL expander's
+    /// media, `cfg.store` naming that media); formats it first when `blank`.
+    pub fn with_medium(
+        cfg: &PmoDeviceConfig,
+        medium: Arc<dyn Medium>,
+        blank: bool,
+    ) -> Result<Self, DeviceError> {
+        Ok(Self::serving(PmoService::with_medium(cfg, medium, blank)?))
+    }
+
+    fn serving(service: Arc<PmoService>) -> Self {
+        PmoDevice {
             config: config_bytes(service.pager().size()),
             service,
             worker: None,
-        })
+        }
     }
 
     /// The service, which outlives a device reset (the VMM keeps it to detach all at exit).

@@ -137,22 +137,56 @@ fn store_status(e: &StoreError) -> Status {
 }
 
 impl PmoService {
-    /// Opens (or creates) the store and the window as `cfg` says.
+    /// Opens (or creates) the store file and the window as `cfg` says.
     pub fn new(cfg: &PmoDeviceConfig) -> Result<Arc<Self>, DeviceError> {
-        let design = match &cfg.design {
-            Some(d) => Some(Design::from_name(d).ok_or_else(|| DeviceError::Design(d.clone()))?),
-            None => None,
-        };
-        if let Some(spec) = &cfg.predictor {
-            // Checked once here so a bad spec is a startup error, not a silent no-op.
-            pmo_policies::predictor_from_name(spec)?;
-        }
-        let (store, kill_hook) = open_store_with(
+        Self::check(cfg)?;
+        let (store, kill_hook) = open_file_store(
             &cfg.store,
             cfg.store_size,
             cfg.store_options.clone(),
             cfg.test_kill_in_psync,
         )?;
+        Self::start(cfg, store, kill_hook)
+    }
+
+    /// The service over a store on `medium` (see [`super::PmoDevice::with_medium`]).
+    pub fn with_medium(
+        cfg: &PmoDeviceConfig,
+        medium: Arc<dyn Medium>,
+        blank: bool,
+    ) -> Result<Arc<Self>, DeviceError> {
+        Self::check(cfg)?;
+        let (store, kill_hook) = open_store_on(
+            &cfg.store,
+            medium,
+            blank,
+            cfg.store_options.clone(),
+            cfg.test_kill_in_psync,
+        )?;
+        Self::start(cfg, store, kill_hook)
+    }
+
+    /// Refuses a bad design or predictor before any store is touched.
+    fn check(cfg: &PmoDeviceConfig) -> Result<(), DeviceError> {
+        if let Some(d) = &cfg.design {
+            Design::from_name(d).ok_or_else(|| DeviceError::Design(d.clone()))?;
+        }
+        if let Some(spec) = &cfg.predictor {
+            // Checked once here so a bad spec is a startup error, not a silent no-op.
+            pmo_policies::predictor_from_name(spec)?;
+        }
+        Ok(())
+    }
+
+    fn start(
+        cfg: &PmoDeviceConfig,
+        store: Store,
+        kill_hook: KillHook,
+    ) -> Result<Arc<Self>, DeviceError> {
+        let design = match &cfg.design {
+            Some(d) => Some(Design::from_name(d).ok_or_else(|| DeviceError::Design(d.clone()))?),
+            None => None,
+        };
         let pager = Pager::new(cfg.window_size, cfg.fault_threads)?;
         Ok(Arc::new(PmoService {
             store,

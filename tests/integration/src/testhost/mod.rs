@@ -59,7 +59,15 @@ pub fn probe(env: &Env) -> Result<TestHostInfo> {
         job: "echo \"@@PROBE /dev/kvm: $(ls -l /dev/kvm 2>&1)\"\n".to_string(),
         files: Vec::new(),
     };
-    let run = run_l1(env, &log_dir, &payload, &[], 1, L1_MEMORY_MIB, L1_BUDGET.into())?;
+    let run = run_l1(
+        env,
+        &log_dir,
+        &payload,
+        &[],
+        1,
+        L1_MEMORY_MIB,
+        L1_BUDGET.into(),
+    )?;
     let ready = run.ready()?;
     Ok(TestHostInfo {
         kvm: ready.text.contains("kvm=yes"),
@@ -134,7 +142,10 @@ pub(crate) fn run_nested(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> 
             });
         }
         let why = if run.captured.went_quiet {
-            format!("printed nothing for {} s", limits.quiet.unwrap_or_default().as_secs())
+            format!(
+                "printed nothing for {} s",
+                limits.quiet.unwrap_or_default().as_secs()
+            )
         } else {
             format!("timed out after {} s", budget.as_secs())
         };

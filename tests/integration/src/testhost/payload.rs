@@ -231,12 +231,18 @@ pub(super) fn build_payload(
             });
             cxl_in.push((media, lsa, key));
         }
+        let master_key = spec.pmo_on_cxl.as_ref().map(|(_, k)| {
+            let at = format!("payload/pmo/{i}.key");
+            files.push((k.clone(), at.clone(), 0o600));
+            PathBuf::from(format!("/{at}"))
+        });
         let args = vmm_args(
             spec,
             Path::new(&k_in),
             Path::new(&i_in),
             &pmem_in,
             store_in.as_deref(),
+            master_key.as_deref(),
             &cxl_in,
         );
         let secs = spec.timeout.mul_f64(scale).as_secs().max(1);
