@@ -59,6 +59,11 @@ pub struct DetachHandle {
 }
 
 impl DetachHandle {
+    /// Whether the background work has ended ([`DetachHandle::wait`] would not block).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
     /// Waits for the background part of the detach and returns its outcome.
     pub fn wait(mut self) -> Result<(), StoreError> {
         if let Some(t) = self.thread.take() {

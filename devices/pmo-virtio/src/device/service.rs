@@ -111,6 +111,9 @@ pub struct PmoService {
     /// The PMO names and sizes LIST walks, as of a store catalog version: a guest listing
     /// n PMOs one index at a time costs n lookups, not n sorted copies of the catalog.
     list_snapshot: Mutex<Option<ListSnapshot>>,
+    /// Detaches the guest asked for whose store work still runs in the background:
+    /// [`PmoService::detach_all`] waits for them, so a VMM exit never cuts one short.
+    detaching: Mutex<Vec<pmo_store::DetachHandle>>,
 }
 
 /// PMO names and sizes in name order, and the catalog version they are of.
@@ -201,6 +204,7 @@ impl PmoService {
             kill_hook,
             predictor: cfg.predictor.clone(),
             list_snapshot: Mutex::new(None),
+            detaching: Mutex::new(Vec::new()),
         }))
     }
 
@@ -248,11 +252,17 @@ impl PmoService {
                 Ok(Vec::new())
             }
             Request::Attach { name, perm, key: k } => self.attach(&name, perm, &key(&k)?),
-            Request::Detach { handle } => match self.detach(handle)?.failure {
-                // Detached all the same; the status says the session went bad.
-                Some(st) => Err(st),
-                None => Ok(Vec::new()),
-            },
+            Request::Detach { handle } => {
+                let Detached { pending, failure } = self.detach(handle)?;
+                if let Some(pending) = pending {
+                    self.keep_detaching(pending);
+                }
+                match failure {
+                    // Detached all the same; the status says the session went bad.
+                    Some(st) => Err(st),
+                    None => Ok(Vec::new()),
+                }
+            }
             Request::Psync { handle } => self
                 .psync(handle)
                 .map(|pages_written| proto::PsyncResponse { pages_written }.encode().to_vec()),
@@ -490,9 +500,23 @@ impl PmoService {
         .to_vec())
     }
 
+    /// Keeps a background detach until it ends; reaps the ones that already did, so the
+    /// list stays as short as the detaches actually running.
+    fn keep_detaching(&self, pending: pmo_store::DetachHandle) {
+        let mut running = self.detaching.locked();
+        let (done, still): (Vec<_>, Vec<_>) = running.drain(..).partition(|d| d.is_finished());
+        *running = still;
+        running.push(pending);
+        drop(running);
+        for d in done {
+            // Its outcome was logged by the detach thread itself.
+            let _ = d.wait();
+        }
+    }
+
     /// Detaches everything (driver reset, VMM shutdown) and waits until the
-    /// store finished. Unsynced changes are dropped: each PMO stays as of its
-    /// last psync.
+    /// store finished, also for detaches the guest asked for before. Unsynced
+    /// changes are dropped: each PMO stays as of its last psync.
     pub fn detach_all(&self) {
         let handles: Vec<u64> = self.attachments.locked().keys().copied().collect();
         for h in handles {
@@ -504,6 +528,12 @@ impl PmoService {
                 if let Err(e) = pending.wait() {
                     log::warn!("pmo: detach: {e}");
                 }
+            }
+        }
+        let earlier = std::mem::take(&mut *self.detaching.locked());
+        for pending in earlier {
+            if let Err(e) = pending.wait() {
+                log::warn!("pmo: detach: {e}");
             }
         }
     }

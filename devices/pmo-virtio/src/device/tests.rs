@@ -1060,3 +1060,45 @@ fn a_64m_store_is_created_and_a_too_small_one_leaves_no_file() {
         "a store that could not be formatted is removed"
     );
 }
+
+#[test]
+fn detach_all_waits_for_detaches_the_guest_asked_for() {
+    // sp-id defers every page's tag to detach: until the background detach ends, the
+    // record says tags are pending. A VMM that exits right after detach_all must not cut
+    // that work short.
+    let d = tmp("bgdetach");
+    let s = service(&d.0);
+    let key = pmo_store::crypto::UserKey::new(b"k1").unwrap();
+    let opts = pmo_store::CreateOptions {
+        design: Design::SpId,
+        ..Default::default()
+    };
+    let pages = 1024u64;
+    for round in 0..3 {
+        let name = format!("deferred-{round}");
+        s.store
+            .create_pmo_with(&name, pages * 4096, &key, opts)
+            .unwrap();
+        let (st, h, off, _) = attach(&s, &name, true, b"k1");
+        assert_eq!(st, Status::Ok);
+        for p in 0..pages {
+            touch(&s, off, p, true);
+        }
+        assert_eq!(call(&s, OP_PSYNC, &h.to_le_bytes()).0, Status::Ok);
+        let pending = |s: &PmoService| {
+            s.store
+                .list()
+                .into_iter()
+                .find(|i| i.name == name)
+                .map(|i| i.pending_tags)
+        };
+        assert_eq!(pending(&s), Some(pages), "psync deferred every tag");
+        assert_eq!(call(&s, OP_DETACH, &h.to_le_bytes()).0, Status::Ok);
+        s.detach_all();
+        assert_eq!(
+            pending(&s),
+            Some(0),
+            "detach_all returned before the detach ended"
+        );
+    }
+}
