@@ -24,11 +24,11 @@ use cxl_t3::hdm::DecoderEvent;
 use cxl_t3::lsa::{Lsa, LsaError};
 use cxl_t3::mailbox::{Commands, Health, MailboxError};
 use cxl_t3::regs::{self, DeviceRegs};
-use pmo_store::crypto::ExtentKeyring;
+use pmo_store::crypto::{ExtentKeyring, RangeCipher};
 use pmo_store::medium::Medium;
 use zeroize::Zeroizing;
 
-use crate::config::CxlT3Config;
+use crate::config::{CxlT3Config, PmoOnCxl};
 use crate::layout;
 use crate::pci::config::{BarKind, ConfigError, PciConfig, PciIds};
 use crate::pci::root_port::RootPort;
@@ -330,16 +330,24 @@ fn read_key(path: &Path) -> Result<Zeroizing<Vec<u8>>, CxlError> {
     Ok(key)
 }
 
-/// Opens the expander `cfg` describes (its media created when missing).
-fn open_expander(cfg: &CxlT3Config) -> Result<Arc<Expander>, CxlError> {
-    Expander::open(&ExpanderConfig {
+/// The expander part of a `--cxl-t3` device.
+fn expander_config(cfg: &CxlT3Config) -> ExpanderConfig {
+    ExpanderConfig {
         media: cfg.media.clone(),
         size: cfg.size,
         cache_bytes: cfg.cache,
         ways: cfg.ways,
         media_latency_ns: cfg.latency_ns,
-    })
-    .map_err(|source| CxlError::Expander {
+    }
+}
+
+/// Opens the expander `cfg` describes (its media created when missing).
+fn open_expander(cfg: &CxlT3Config) -> Result<Arc<Expander>, CxlError> {
+    open_expander_with(&expander_config(cfg))
+}
+
+fn open_expander_with(cfg: &ExpanderConfig) -> Result<Arc<Expander>, CxlError> {
+    Expander::open(cfg).map_err(|source| CxlError::Expander {
         media: cfg.media.display().to_string(),
         source,
     })
@@ -355,14 +363,27 @@ pub struct PmoStoreMedium {
     pub blank: bool,
 }
 
-/// Opens the expander `cfg` for a PMO store, its extents keyed from the master key in
-/// `master_key` (read here; this copy is wiped on return, the keyring's when it goes).
-pub fn pmo_store_medium(cfg: &CxlT3Config, master_key: &Path) -> Result<PmoStoreMedium, CxlError> {
+/// Opens the expander `cfg` for the PMO store `on` describes: its extents keyed from the
+/// master key file (read here; this copy is wiped on return, the keyring's when it goes).
+pub fn pmo_store_medium(cfg: &CxlT3Config, on: &PmoOnCxl) -> Result<PmoStoreMedium, CxlError> {
+    keyed_store_medium(&expander_config(cfg), &on.master_key, on.cipher)
+}
+
+/// Opens the expander `cfg` as a PMO store's medium whose extents are keyed with `cipher`
+/// from the master key in `master_key` (the VMM's `--pmo-store cxl=` and the host's `pmovmm
+/// store` commands on expander media).
+pub fn keyed_store_medium(
+    cfg: &ExpanderConfig,
+    master_key: &Path,
+    cipher: RangeCipher,
+) -> Result<PmoStoreMedium, CxlError> {
     let master = read_key(master_key)?;
-    let keyring = ExtentKeyring::new(&master).map_err(|e| CxlError::Key {
-        path: master_key.display().to_string(),
-        reason: e.to_string(),
-    })?;
+    let keyring = ExtentKeyring::new(&master)
+        .map_err(|e| CxlError::Key {
+            path: master_key.display().to_string(),
+            reason: e.to_string(),
+        })?
+        .with_cipher(cipher);
     let blank = media_is_blank(&cfg.media).map_err(|e| CxlError::Expander {
         media: cfg.media.display().to_string(),
         source: ExpanderError::Os {
@@ -370,7 +391,7 @@ pub fn pmo_store_medium(cfg: &CxlT3Config, master_key: &Path) -> Result<PmoStore
             source: e,
         },
     })?;
-    let expander = open_expander(cfg)?;
+    let expander = open_expander_with(cfg)?;
     let medium = Arc::new(CxlMedium::new(expander.clone()).with_keyring(keyring));
     Ok(PmoStoreMedium {
         expander,
@@ -381,18 +402,34 @@ pub fn pmo_store_medium(cfg: &CxlT3Config, master_key: &Path) -> Result<PmoStore
 
 /// Whether the media file holds nothing yet: missing, or every DPA byte zero (as `pmovmm cxl
 /// create` leaves it). Only such media is formatted as a PMO store; anything else must open
-/// as one, so a damaged store is an error rather than silently replaced.
-fn media_is_blank(media: &Path) -> std::io::Result<bool> {
-    let mut f = match std::fs::File::open(media) {
+/// as one, so a damaged store is an error rather than silently replaced. Holes are skipped
+/// (`SEEK_DATA`): new media is all hole past its header, so this reads almost nothing.
+pub fn media_is_blank(media: &Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    use std::os::unix::io::AsRawFd;
+    let f = match std::fs::File::open(media) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
         Err(e) => return Err(e),
     };
-    let mut header = vec![0u8; cxl_t3::media::HEADER_LEN as usize];
-    f.read_exact(&mut header)?;
+    let len = f.metadata()?.len();
     let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
+    let mut at = cxl_t3::media::HEADER_LEN;
+    while at < len {
+        let off = libc::off_t::try_from(at).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        // SAFETY: lseek on a descriptor this function owns; no memory is touched.
+        let data = unsafe { libc::lseek(f.as_raw_fd(), off, libc::SEEK_DATA) };
+        if data < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                return Ok(true); // no data past `at`
+            }
+            return Err(e);
+        }
+        // Read on from the data: a chunk at a time, up to the end (a hole reads as zeros).
+        at = data as u64;
+        let want = usize::try_from((len - at).min(buf.len() as u64)).unwrap_or(buf.len());
+        let n = f.read_at(&mut buf[..want], at)?;
         if n == 0 {
             return Ok(true);
         }
@@ -400,7 +437,9 @@ fn media_is_blank(media: &Path) -> std::io::Result<bool> {
         if buf[..n].iter().fold(0u8, |acc, &b| acc | b) != 0 {
             return Ok(false);
         }
+        at += n as u64;
     }
+    Ok(true)
 }
 
 impl CxlMemdev {
@@ -710,7 +749,12 @@ mod tests {
             guest: false,
         };
         assert!(media_is_blank(&media).unwrap(), "missing media");
-        let m = pmo_store_medium(&cfg, &key).unwrap();
+        let on = PmoOnCxl {
+            expander: 0,
+            master_key: key.clone(),
+            cipher: RangeCipher::default(),
+        };
+        let m = pmo_store_medium(&cfg, &on).unwrap();
         assert!(m.blank);
         let opts = pmo_store::StoreOptions {
             kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
@@ -721,7 +765,7 @@ mod tests {
         m.expander.shutdown().unwrap();
         drop(m.expander);
         assert!(!media_is_blank(&media).unwrap(), "a store was written");
-        let m = pmo_store_medium(&cfg, &key).unwrap();
+        let m = pmo_store_medium(&cfg, &on).unwrap();
         assert!(!m.blank);
         pmo_store::Store::open_or_format(m.medium, m.blank, opts).unwrap();
         drop(m.expander);
@@ -738,7 +782,7 @@ mod tests {
         std::fs::write(&media, b).unwrap();
         assert!(media_is_blank(&media).unwrap(), "the header is not DPA");
         std::fs::write(&key, [9u8; 16]).unwrap();
-        assert!(pmo_store_medium(&cfg, &key).is_err(), "a short master key");
+        assert!(pmo_store_medium(&cfg, &on).is_err(), "a short master key");
         std::fs::remove_dir_all(dir).unwrap();
     }
 

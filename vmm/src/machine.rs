@@ -225,7 +225,7 @@ impl Machine {
                         .cxl_t3
                         .get(on.expander)
                         .ok_or(MachineError::PmoExpander)?;
-                    let m = cxl::pmo_store_medium(c, &on.master_key)?;
+                    let m = cxl::pmo_store_medium(c, on)?;
                     pmo_expander = Some(m.expander);
                     PmoDevice::with_medium(p, m.medium, m.blank)?
                 }

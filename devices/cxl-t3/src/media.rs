@@ -174,6 +174,25 @@ impl std::fmt::Debug for Media {
 }
 
 impl Media {
+    /// The device size recorded in `path`'s header if the file is CXL media (starts with
+    /// [`MAGIC`]), `None` if it is something else (or empty); a media header that is corrupt
+    /// or of another version is an error. Reads without locking, for tools that must tell
+    /// media from other files before they open it.
+    pub fn probe(path: &Path) -> Result<Option<u64>, MediaError> {
+        let file = std::fs::File::open(path).map_err(io_err("open media file"))?;
+        let mut raw = [0u8; 64];
+        match file.read_exact_at(&mut raw, 0) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(io_err("read media header")(e)),
+        }
+        match Header::decode(&raw) {
+            Ok(h) => Ok(Some(h.size)),
+            Err(MediaError::Foreign) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Opens (or creates, sparse) the media file for a device of `size`
     /// bytes, refuses a foreign, corrupt or differently sized one, and marks
     /// the run as started; a run that was still marked counts one more
@@ -423,6 +442,24 @@ mod tests {
             Err(MediaError::OutOfRange(_))
         ));
         let _ = std::fs::remove_file(&p);
+    }
+
+    #[test]
+    fn probe_tells_media_from_other_files() {
+        let p = tmp("probe");
+        std::fs::write(&p, b"").unwrap();
+        assert_eq!(Media::probe(&p).unwrap(), None, "empty");
+        std::fs::write(&p, vec![7u8; 8192]).unwrap();
+        assert_eq!(Media::probe(&p).unwrap(), None, "foreign");
+        std::fs::remove_file(&p).unwrap();
+        drop(Media::open(&p, 1 << 20, Duration::ZERO).unwrap());
+        assert_eq!(Media::probe(&p).unwrap(), Some(1 << 20));
+        let mut raw = std::fs::read(&p).unwrap();
+        raw[17] ^= 1;
+        std::fs::write(&p, &raw).unwrap();
+        assert!(matches!(Media::probe(&p), Err(MediaError::Corrupt)));
+        let _ = std::fs::remove_file(&p);
+        assert!(matches!(Media::probe(&p), Err(MediaError::Io { .. })));
     }
 
     #[test]

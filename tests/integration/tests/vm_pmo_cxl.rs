@@ -4,19 +4,19 @@
 //!
 //! One test host boot: VM "cxl-store" formats the blank media as a store, runs create / write /
 //! psync / detach / read back and builds a `p_malloc` list; VM "cxl-store-restart", a new VMM
-//! process, checks the list. Then the host opens the store on the media (the same master key)
-//! and fscks it, and scans the media for the guest's plaintext marker.
+//! process, checks the list. Then the host lists and fscks the store on the media with the
+//! `pmovmm store` commands (the same master key), and scans the media for the guest's
+//! plaintext marker.
 
 // Test code: an unwrap that fails is a failed test.
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::path::PathBuf;
+use std::sync::OnceLock;
 
-use cxl_t3::expander::{CxlMedium, Expander, ExpanderConfig};
 use pmo_integration::{run_vms, unique_pattern, Env, VmOutcome, VmSpec};
-use pmo_store::crypto::ExtentKeyring;
-use pmo_store::Store;
+use pmo_store::crypto::RangeCipher;
+use pmovmm::cli::store::{store_fsck, store_ls, CxlAccess, StoreFile};
 
 const SIZE: u64 = 256 << 20;
 /// The expander's options: a small device cache, no media latency (the nested test host is
@@ -68,17 +68,6 @@ fn group() -> &'static Group {
     }
 }
 
-/// Opens the store on `media` the way the VMM does: every PMO extent keyed from the master key.
-fn open_store(media: &Path, master: &Path) -> Store {
-    let key = std::fs::read(master).unwrap();
-    let mut cfg = ExpanderConfig::new(media, SIZE);
-    cfg.cache_bytes = 16 << 20;
-    cfg.media_latency_ns = 0;
-    let x = Expander::open(&cfg).unwrap();
-    let m = CxlMedium::new(x).with_keyring(ExtentKeyring::new(&key).unwrap());
-    Store::open(Arc::new(m)).unwrap().0
-}
-
 #[test]
 fn the_guest_uses_pmos_on_the_expander_and_sees_no_cxl_device() {
     let g = group();
@@ -104,11 +93,21 @@ fn the_media_holds_no_plaintext_and_the_store_on_it_is_consistent() {
         "the media {} holds the guest's plaintext marker",
         g.media.display()
     );
-    let store = open_store(&g.media, &g.master);
+    // What `pmovmm store ls|fsck MEDIA --master-key FILE` run.
+    let store = StoreFile {
+        path: &g.media,
+        anchor: None,
+        cxl: Some(CxlAccess {
+            master_key: &g.master,
+            cipher: RangeCipher::Xts256,
+        }),
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let list = store_ls(store, &mut out).unwrap();
     assert!(
-        store.list().iter().any(|p| p.name == "list1"),
+        list.iter().any(|p| p.name == "list1"),
         "the list PMO is in the store"
     );
-    let report = store.fsck();
+    let report = store_fsck(store, &mut out, &mut err).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }

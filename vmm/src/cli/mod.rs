@@ -12,10 +12,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use pmo_store::crypto::UserKey;
+use pmo_store::crypto::{RangeCipher, UserKey};
 use zeroize::Zeroizing;
 
-use store::StoreFile;
+use store::{CxlAccess, StoreCliError, StoreFile};
 
 /// Keys come from a file, never from the command line (where `ps` would show them).
 #[derive(Args)]
@@ -25,22 +25,41 @@ pub struct KeyArg {
     pub key_file: PathBuf,
 }
 
-/// The store's rollback anchor, as `pmovmm run --pmo-anchor` takes it.
+/// How a store is reached besides its file: its rollback anchor (as `pmovmm run
+/// --pmo-anchor` takes it) and, for a store on CXL expander media, the master key and
+/// cipher of its extents' TEE range keys (as `--pmo-master-key` and `cipher=` take them).
 #[derive(Args)]
-pub struct AnchorArg {
+pub struct StoreAccessArg {
     /// Rollback anchor kept outside the store: a store older than it is refused; created from
     /// the store when missing.
     #[arg(long, value_name = "FILE")]
     pub anchor: Option<PathBuf>,
+    /// For a store on CXL expander media (a file made by `pmovmm cxl create`): the master
+    /// key file its PMO extents' TEE range keys are derived from.
+    #[arg(long, value_name = "FILE")]
+    pub master_key: Option<PathBuf>,
+    /// The cipher of those range keys: xts-256 or xts-128 (as the store was written with).
+    #[arg(long, value_name = "xts-128|xts-256", requires = "master_key")]
+    pub cipher: Option<String>,
 }
 
-impl AnchorArg {
-    /// The store file `file` with this anchor.
-    pub fn with<'a>(&'a self, file: &'a Path) -> StoreFile<'a> {
-        StoreFile {
+impl StoreAccessArg {
+    /// The store file `file` reached this way.
+    pub fn with<'a>(&'a self, file: &'a Path) -> Result<StoreFile<'a>, StoreCliError> {
+        let cipher = match &self.cipher {
+            Some(c) => {
+                RangeCipher::from_name(c).ok_or_else(|| StoreCliError::BadCipher(c.clone()))?
+            }
+            None => RangeCipher::default(),
+        };
+        Ok(StoreFile {
             path: file,
             anchor: self.anchor.as_deref(),
-        }
+            cxl: self
+                .master_key
+                .as_deref()
+                .map(|master_key| CxlAccess { master_key, cipher }),
+        })
     }
 }
 

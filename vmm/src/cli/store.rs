@@ -1,5 +1,10 @@
 //! `pmovmm store create|mkpmo|ls|inspect|fsck|verify|destroy`: a PMO store file on the host.
 //!
+//! The store may also live on the media file of a CXL expander (`pmovmm cxl create`, then
+//! `--pmo-store cxl=NAME` in a VM): the commands tell such media by its header and then need
+//! `--master-key` (each PMO extent is under its own TEE range key derived from it), except
+//! `inspect`, which reads only the keyless metadata.
+//!
 //! Each subcommand maps to one function that takes paths and values, prints human output
 //! (with a progress bar for long operations) to the given writers, and returns a typed result,
 //! so the VM tests can call them as the command line does.
@@ -9,8 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
-use pmo_store::crypto::{KdfParams, Suite, UserKey};
-use pmo_store::medium::{FileMedium, Medium, MediumError};
+use cxl_t3::expander::{Expander, ExpanderConfig};
+use cxl_t3::media::{Media, MediaError, HEADER_LEN};
+use pmo_store::crypto::{KdfParams, RangeCipher, Suite, UserKey};
+use pmo_store::medium::{FileMedium, Medium, MediumError, Part};
 use pmo_store::record::{read_slot, SlotContent};
 use pmo_store::superblock::Superblock;
 use pmo_store::{
@@ -20,8 +27,9 @@ use pmo_store::{
 use sizes::{parse_size, SizeError};
 
 use super::{
-    read_key_file, refuse_overwrite, AnchorArg, KeyArg, KeyFileError, OverwriteError, Progress,
+    read_key_file, refuse_overwrite, KeyArg, KeyFileError, OverwriteError, Progress, StoreAccessArg,
 };
+use crate::cxl::{keyed_store_medium, CxlError};
 
 /// What a store subcommand can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +43,40 @@ pub enum StoreCliError {
     /// Unknown suite name.
     #[error("unknown suite {0:?} (xts-blake3, paper, aes-gcm)")]
     BadSuite(String),
+    /// Unknown range cipher name.
+    #[error("unknown cipher {0:?} (xts-256, xts-128)")]
+    BadCipher(String),
+    /// The file is CXL expander media but no master key was given.
+    #[error("{}: CXL expander media; its store needs --master-key FILE", .0.display())]
+    NeedsMasterKey(PathBuf),
+    /// A master key was given for a file that is not CXL expander media.
+    #[error("{}: not CXL expander media; --master-key is for a store on one (pmovmm cxl create)", .0.display())]
+    NotMedia(PathBuf),
+    /// `store create` on expander media that already holds data.
+    #[error("{}: the expander media holds data; refusing to format over it", .0.display())]
+    MediaNotBlank(PathBuf),
+    /// `store create --size` that is not the media's size.
+    #[error("--size {size} is not the expander media's size {media} (leave --size out)")]
+    MediaSize {
+        /// The size given.
+        size: u64,
+        /// The media's device size.
+        media: u64,
+    },
+    /// `store create` of a store file without a size.
+    #[error("--size is needed for a new store file")]
+    NoSize,
+    /// The expander media could not be read or opened.
+    #[error("{}: {source}", path.display())]
+    Media {
+        /// The media file.
+        path: PathBuf,
+        /// Why.
+        source: MediaError,
+    },
+    /// The expander under the store could not be opened or shut down.
+    #[error(transparent)]
+    Cxl(#[from] CxlError),
     /// An Argon2id cost that does not parse or is out of bounds.
     #[error("--kdf: {0}")]
     Kdf(String),
@@ -65,16 +107,17 @@ pub enum StoreCommand {
     Create {
         /// The store file.
         file: PathBuf,
-        /// Size of the store (sparse on disk): bytes, or K, M, G, T.
+        /// Size of the store (sparse on disk): bytes, or K, M, G, T [on expander media: the
+        /// media's size].
         #[arg(long)]
-        size: String,
+        size: Option<String>,
         /// PMO table slots: the most PMOs the store can hold [default: one per 8 KiB of the
         /// store, at most 65536].
         #[arg(long)]
         slots: Option<u32>,
-        /// The store's rollback anchor, if it has one.
+        /// The store's rollback anchor and expander keys, if it has them.
         #[command(flatten)]
-        anchor: AnchorArg,
+        access: StoreAccessArg,
     },
     /// Create a PMO in a store, as the guest's pcreate would.
     Mkpmo {
@@ -97,17 +140,17 @@ pub enum StoreCommand {
         /// [default: m=64M,t=3,p=1].
         #[arg(long, value_name = "m=SIZE,t=N,p=N|fast")]
         kdf: Option<String>,
-        /// The store's rollback anchor, if it has one.
+        /// The store's rollback anchor and expander keys, if it has them.
         #[command(flatten)]
-        anchor: AnchorArg,
+        access: StoreAccessArg,
     },
     /// List the PMOs in a store.
     Ls {
         /// The store file.
         file: PathBuf,
-        /// The store's rollback anchor, if it has one.
+        /// The store's rollback anchor and expander keys, if it has them.
         #[command(flatten)]
-        anchor: AnchorArg,
+        access: StoreAccessArg,
     },
     /// Show the store's on-media layout and every PMO record (no key needed).
     Inspect {
@@ -118,9 +161,9 @@ pub enum StoreCommand {
     Fsck {
         /// The store file.
         file: PathBuf,
-        /// The store's rollback anchor, if it has one.
+        /// The store's rollback anchor and expander keys, if it has them.
         #[command(flatten)]
-        anchor: AnchorArg,
+        access: StoreAccessArg,
     },
     /// Check every page of one PMO against its keyed MAC (the key holder's offline check).
     Verify(KeyedPmo),
@@ -138,9 +181,9 @@ pub struct KeyedPmo {
     /// Where the PMO's key comes from.
     #[command(flatten)]
     key: KeyArg,
-    /// The store's rollback anchor, if it has one.
+    /// The store's rollback anchor and expander keys, if it has them.
     #[command(flatten)]
-    anchor: AnchorArg,
+    access: StoreAccessArg,
 }
 
 /// Runs one store subcommand; human output to stdout, progress bars to stderr.
@@ -152,12 +195,10 @@ pub fn run(cmd: StoreCommand) -> Result<(), StoreCliError> {
             file,
             size,
             slots,
-            anchor,
+            access,
         } => {
-            refuse_overwrite(&file)?;
-            let size = parse_size(&size)?;
-            let sf = anchor.with(&file);
-            store_create(sf, size, slots, &mut out, &mut err)?;
+            let size = size.as_deref().map(parse_size).transpose()?;
+            store_create(access.with(&file)?, size, slots, &mut out, &mut err)?;
         }
         StoreCommand::Mkpmo {
             file,
@@ -167,7 +208,7 @@ pub fn run(cmd: StoreCommand) -> Result<(), StoreCliError> {
             design,
             suite,
             kdf,
-            anchor,
+            access,
         } => {
             let opts = CreateOptions {
                 design: parse_design(&design)?,
@@ -181,24 +222,24 @@ pub fn run(cmd: StoreCommand) -> Result<(), StoreCliError> {
             };
             let size = parse_size(&size)?;
             let key = read_key_file(&key.key_file)?;
-            pmo_create(anchor.with(&file), &name, size, &key, opts, &mut out)?;
+            pmo_create(access.with(&file)?, &name, size, &key, opts, &mut out)?;
         }
-        StoreCommand::Ls { file, anchor } => {
-            store_ls(anchor.with(&file), &mut out)?;
+        StoreCommand::Ls { file, access } => {
+            store_ls(access.with(&file)?, &mut out)?;
         }
         StoreCommand::Inspect { file } => {
             store_inspect(&file, &mut out)?;
         }
-        StoreCommand::Fsck { file, anchor } => {
-            store_fsck(anchor.with(&file), &mut out, &mut err)?;
+        StoreCommand::Fsck { file, access } => {
+            store_fsck(access.with(&file)?, &mut out, &mut err)?;
         }
         StoreCommand::Verify(p) => {
             let key = read_key_file(&p.key.key_file)?;
-            store_verify(p.anchor.with(&p.file), &p.name, &key, &mut out, &mut err)?;
+            store_verify(p.access.with(&p.file)?, &p.name, &key, &mut out, &mut err)?;
         }
         StoreCommand::Destroy(p) => {
             let key = read_key_file(&p.key.key_file)?;
-            store_destroy(p.anchor.with(&p.file), &p.name, &key, &mut out)?;
+            store_destroy(p.access.with(&p.file)?, &p.name, &key, &mut out)?;
         }
     }
     Ok(())
@@ -214,53 +255,212 @@ pub fn parse_suite(s: &str) -> Result<Suite, StoreCliError> {
     Suite::from_name(s).map_err(|_| StoreCliError::BadSuite(s.to_string()))
 }
 
-/// A store file and, optionally, its rollback anchor (`--anchor FILE`).
+/// A store file and, optionally, its rollback anchor (`--anchor FILE`) and the keys of the
+/// expander media it lives on (`--master-key FILE`).
 #[derive(Debug, Clone, Copy)]
 pub struct StoreFile<'a> {
-    /// The store file.
+    /// The store file, or the expander media file the store lives on.
     pub path: &'a Path,
     /// The anchor file: refuses a store older than it; created from the store if missing.
     pub anchor: Option<&'a Path>,
+    /// The store lives on CXL expander media: how its extents are keyed.
+    pub cxl: Option<CxlAccess<'a>>,
+}
+
+/// How the PMO extents of a store on expander media are keyed.
+#[derive(Debug, Clone, Copy)]
+pub struct CxlAccess<'a> {
+    /// The master key file.
+    pub master_key: &'a Path,
+    /// The cipher of the TEE ranges.
+    pub cipher: RangeCipher,
 }
 
 impl<'a> StoreFile<'a> {
-    /// A store without an anchor.
+    /// A store file without an anchor.
     pub fn plain(path: &'a Path) -> Self {
-        Self { path, anchor: None }
+        Self {
+            path,
+            anchor: None,
+            cxl: None,
+        }
+    }
+
+    /// The device size if the file is expander media; refuses media without keys and keys
+    /// without media.
+    fn media_size(&self) -> Result<Option<u64>, StoreCliError> {
+        let size = match Media::probe(self.path) {
+            Ok(size) => size,
+            // A store file that does not exist yet is not media.
+            Err(MediaError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                None
+            }
+            Err(source) => {
+                return Err(StoreCliError::Media {
+                    path: self.path.to_path_buf(),
+                    source,
+                })
+            }
+        };
+        match (size, self.cxl) {
+            (Some(_), None) => Err(StoreCliError::NeedsMasterKey(self.path.to_path_buf())),
+            (None, Some(_)) => Err(StoreCliError::NotMedia(self.path.to_path_buf())),
+            _ => Ok(size),
+        }
+    }
+
+    /// The medium under the store: the file itself (created with `create_size` if given), or
+    /// the keyed DPA space of the expander whose media the file is.
+    fn medium(&self, create_size: Option<u64>) -> Result<StoreMedium, StoreCliError> {
+        match (self.media_size()?, self.cxl) {
+            (Some(size), Some(keys)) => {
+                // Host tools charge no media latency: they are not the modelled device.
+                let cfg = ExpanderConfig {
+                    media_latency_ns: 0,
+                    ..ExpanderConfig::new(self.path, size)
+                };
+                let m = keyed_store_medium(&cfg, keys.master_key, keys.cipher)?;
+                Ok(StoreMedium {
+                    medium: m.medium,
+                    expander: Some(OpenExpander(Some(m.expander))),
+                    blank: m.blank,
+                })
+            }
+            _ => {
+                let (medium, blank): (Arc<dyn Medium>, bool) = match create_size {
+                    Some(len) => (Arc::new(FileMedium::create(self.path, len)?), true),
+                    None => (Arc::new(FileMedium::open(self.path)?), false),
+                };
+                Ok(StoreMedium {
+                    medium,
+                    expander: None,
+                    blank,
+                })
+            }
+        }
     }
 }
 
-fn open_store(f: StoreFile<'_>) -> Result<(Store, RecoveryReport), StoreCliError> {
-    let m: Arc<dyn Medium> = Arc::new(FileMedium::open(f.path)?);
+/// What a store is opened on.
+struct StoreMedium {
+    medium: Arc<dyn Medium>,
+    /// The expander whose media holds the store, if it is on one.
+    expander: Option<OpenExpander>,
+    /// Nothing is on the medium yet: it may be formatted.
+    blank: bool,
+}
+
+/// An expander a host tool opened: flushed and marked clean when the tool is done with it.
+struct OpenExpander(Option<Arc<Expander>>);
+
+impl OpenExpander {
+    fn shut_down(&mut self) -> Result<(), StoreCliError> {
+        match self.0.take() {
+            Some(x) => x.shutdown().map_err(|source| {
+                StoreCliError::Cxl(CxlError::Expander {
+                    media: "store media".into(),
+                    source,
+                })
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for OpenExpander {
+    fn drop(&mut self) {
+        if let Err(e) = self.shut_down() {
+            log::warn!("{e}");
+        }
+    }
+}
+
+/// An open store and, when it lives on expander media, that expander (shut down after the
+/// store is dropped: fields drop in order).
+struct OpenStore {
+    store: Store,
+    expander: Option<OpenExpander>,
+}
+
+impl OpenStore {
+    /// Drops the store, then shuts its expander down, reporting a failure to flush.
+    fn close(self) -> Result<(), StoreCliError> {
+        let OpenStore { store, expander } = self;
+        drop(store);
+        match expander {
+            Some(mut x) => x.shut_down(),
+            None => Ok(()),
+        }
+    }
+}
+
+fn open_store(f: StoreFile<'_>) -> Result<(OpenStore, RecoveryReport), StoreCliError> {
+    let m = f.medium(None)?;
     let opts = OpenOptions {
         anchor: f.anchor.map(Path::to_path_buf),
         ..OpenOptions::default()
     };
-    Ok(Store::open_with(m, &opts)?)
+    let (store, rep) = Store::open_with(m.medium, &opts)?;
+    Ok((
+        OpenStore {
+            store,
+            expander: m.expander,
+        },
+        rep,
+    ))
 }
 
-/// `store create PATH SIZE [--slots N] [--anchor A]`: a new sparse store file.
+/// `store create PATH --size SIZE [--slots N] [--anchor A] [--master-key K]`: a new sparse
+/// store file, or a store on blank expander media (its size is the media's).
 pub fn store_create(
     f: StoreFile<'_>,
-    size: u64,
+    size: Option<u64>,
     slots: Option<u32>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<Superblock, StoreCliError> {
     let path = f.path;
-    let m: Arc<dyn Medium> = Arc::new(FileMedium::create(path, size)?);
+    let len = match f.media_size()? {
+        Some(media) => {
+            if size.is_some_and(|s| s != media) {
+                return Err(StoreCliError::MediaSize {
+                    size: size.unwrap_or_default(),
+                    media,
+                });
+            }
+            None
+        }
+        None => {
+            refuse_overwrite(path)?;
+            Some(size.ok_or(StoreCliError::NoSize)?)
+        }
+    };
+    let m = f.medium(len)?;
+    if !m.blank {
+        return Err(StoreCliError::MediaNotBlank(path.to_path_buf()));
+    }
     let mut bar = Progress::new(err, "format");
     let opts = StoreOptions {
         slots,
         anchor: f.anchor.map(Path::to_path_buf),
         ..StoreOptions::default()
     };
-    let s = Store::create_with_progress(m, opts, &mut |d, t| bar.update(d, t))?;
-    let sb = s.superblock().clone();
+    let store = Store::create_with_progress(m.medium, opts, &mut |d, t| bar.update(d, t))?;
+    let sb = store.superblock().clone();
+    OpenStore {
+        store,
+        expander: m.expander,
+    }
+    .close()?;
     writeln!(
         out,
-        "created store {} ({} bytes, {} PMO slots, data area at {:#x})",
+        "created store {}{} ({} bytes, {} PMO slots, data area at {:#x})",
         path.display(),
+        if f.cxl.is_some() {
+            " on expander media"
+        } else {
+            ""
+        },
         sb.medium_len,
         sb.slots,
         sb.data_off
@@ -277,8 +477,9 @@ pub fn pmo_create(
     opts: CreateOptions,
     out: &mut dyn Write,
 ) -> Result<(), StoreCliError> {
-    let (s, _) = open_store(f)?;
-    s.create_pmo_with(name, size, key, opts)?;
+    let (open, _) = open_store(f)?;
+    open.store.create_pmo_with(name, size, key, opts)?;
+    open.close()?;
     writeln!(
         out,
         "created PMO {name} ({size} bytes, design {}, suite {}, key derivation {})",
@@ -291,8 +492,9 @@ pub fn pmo_create(
 
 /// `store ls PATH`: one line per PMO.
 pub fn store_ls(f: StoreFile<'_>, out: &mut dyn Write) -> Result<Vec<PmoInfo>, StoreCliError> {
-    let (s, _) = open_store(f)?;
-    let list = s.list();
+    let (open, _) = open_store(f)?;
+    let list = open.store.list();
+    open.close()?;
     writeln!(
         out,
         "{:<32} {:>14} {:>6} {:>10} {:>8} {:>8}",
@@ -327,8 +529,19 @@ pub struct Inspection {
 /// `store inspect PATH`: superblock and raw table, read-only, without the owner lock (so it also
 /// works while a VMM has the store open; it may then show a record mid-update).
 pub fn store_inspect(path: &Path, out: &mut dyn Write) -> Result<Inspection, StoreCliError> {
-    // Read-only and unlocked: inspect works while a VMM owns the store.
-    let m = FileMedium::open_readonly(path)?;
+    // Read-only and unlocked: inspect works while a VMM owns the store. On expander media the
+    // store's metadata is keyless (only PMO extents are under range keys): it is read from the
+    // DPA space behind the media header, as last written back (a running VMM's device cache
+    // may hold newer lines).
+    let file = Arc::new(FileMedium::open_readonly(path)?);
+    let media = Media::probe(path).map_err(|source| StoreCliError::Media {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let m: Arc<dyn Medium> = match media {
+        Some(size) => Arc::new(Part::new(file, HEADER_LEN, size)?),
+        None => file,
+    };
     let sb = Superblock::read(&m).map_err(StoreError::from)?;
     writeln!(
         out,
@@ -393,7 +606,7 @@ pub fn store_fsck(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<FsckReport, StoreCliError> {
-    let (s, rep) = open_store(f)?;
+    let (open, rep) = open_store(f)?;
     for (name, state, action) in &rep.actions {
         writeln!(
             out,
@@ -405,7 +618,8 @@ pub fn store_fsck(
         writeln!(out, "slot {slot}: {why}")?;
     }
     let mut bar = Progress::new(err, "fsck");
-    let f = s.fsck_with_progress(&mut |d, t| bar.update(d, t));
+    let f = open.store.fsck_with_progress(&mut |d, t| bar.update(d, t));
+    open.close()?;
     for p in &f.problems {
         writeln!(out, "problem: {p}")?;
     }
@@ -430,13 +644,42 @@ pub fn store_verify(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<Vec<u64>, StoreCliError> {
-    let (s, _) = open_store(f)?;
+    let (open, _) = open_store(f)?;
     let mut bar = Progress::new(err, "verify");
-    let bad = s.verify_pmo(name, key, &mut |d, t| bar.update(d, t))?;
-    for p in &bad {
-        writeln!(out, "page {p}: failed integrity verification")?;
+    let bad = open
+        .store
+        .verify_pmo(name, key, &mut |d, t| bar.update(d, t))?;
+    let npages = open
+        .store
+        .list()
+        .iter()
+        .find(|p| p.name == name)
+        .map_or(0, |p| p.size / pmo_store::crypto::PAGE as u64);
+    open.close()?;
+    // Runs of failed pages, one line each: a wrong key fails them all.
+    let mut i = 0;
+    while i < bad.len() {
+        let mut j = i;
+        while j + 1 < bad.len() && bad[j + 1] == bad[j] + 1 {
+            j += 1;
+        }
+        match j - i {
+            0 => writeln!(out, "page {}: failed integrity verification", bad[i])?,
+            _ => writeln!(
+                out,
+                "pages {}-{}: failed integrity verification",
+                bad[i], bad[j]
+            )?,
+        }
+        i = j + 1;
     }
     writeln!(out, "{name}: {} page(s) failed", bad.len())?;
+    if f.cxl.is_some() && !bad.is_empty() && bad.len() as u64 == npages {
+        writeln!(
+            out,
+            "every page failed: is it the master key and cipher the store was written with?"
+        )?;
+    }
     if bad.is_empty() {
         Ok(bad)
     } else {
@@ -451,8 +694,9 @@ pub fn store_destroy(
     key: &UserKey,
     out: &mut dyn Write,
 ) -> Result<(), StoreCliError> {
-    let (s, _) = open_store(f)?;
-    s.destroy_pmo(name, key)?;
+    let (open, _) = open_store(f)?;
+    open.store.destroy_pmo(name, key)?;
+    open.close()?;
     writeln!(out, "destroyed PMO {name}")?;
     Ok(())
 }
@@ -467,12 +711,19 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let path = dir.join("64m");
-        let sb = store_create(StoreFile::plain(&path), 64 << 20, None, &mut out, &mut err).unwrap();
+        let sb = store_create(
+            StoreFile::plain(&path),
+            Some(64 << 20),
+            None,
+            &mut out,
+            &mut err,
+        )
+        .unwrap();
         assert_eq!(sb.slots, 8192, "one slot per 8 KiB of the store");
         let path = dir.join("64m-full-table");
         let e = store_create(
             StoreFile::plain(&path),
-            64 << 20,
+            Some(64 << 20),
             Some(65_536),
             &mut out,
             &mut err,
@@ -493,7 +744,7 @@ mod tests {
         let key = read_key_file(&keyf).unwrap();
         let sf = StoreFile::plain(&path);
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        store_create(sf, 1 << 30, Some(1024), &mut out, &mut err).unwrap();
+        store_create(sf, Some(1 << 30), Some(1024), &mut out, &mut err).unwrap();
         assert!(String::from_utf8_lossy(&err).contains("100%"));
         pmo_create(
             sf,
@@ -517,7 +768,8 @@ mod tests {
             .is_empty());
         // Tamper with the file: one byte of the PMO's first page, after writing it.
         {
-            let (s, _) = open_store(sf).unwrap();
+            let (open, _) = open_store(sf).unwrap();
+            let s = &open.store;
             let w = s.attach("db", pmo_store::Perm::Write, &key).unwrap();
             w.psync([(0u64, &[9u8; pmo_store::crypto::PAGE])]).unwrap();
             w.detach().wait().unwrap();
@@ -536,6 +788,127 @@ mod tests {
             Err(StoreCliError::Store(StoreError::WrongKey))
         ));
         store_destroy(sf, "db", &key, &mut out).unwrap();
+        assert!(store_ls(sf, &mut out).unwrap().is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The store commands on CXL expander media: told apart from store files by the media
+    /// header, keyed from a master key, no plaintext on the media, tampering found by verify,
+    /// and another cipher derives other keys (every page then fails).
+    #[test]
+    fn cli_flow_on_expander_media() {
+        let dir = std::env::temp_dir().join(format!("pmo-cli-cxl-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let media = dir.join("media");
+        let x = Expander::open(&ExpanderConfig::new(&media, 256 << 20)).unwrap();
+        x.shutdown().unwrap();
+        drop(x);
+        let master = dir.join("master");
+        std::fs::write(&master, [0x5au8; 32]).unwrap();
+        let keyf = dir.join("key");
+        std::fs::write(&keyf, b"cxl-cli-key\n").unwrap();
+        let key = read_key_file(&keyf).unwrap();
+        let keyed = |cipher| StoreFile {
+            path: &media,
+            anchor: None,
+            cxl: Some(CxlAccess {
+                master_key: &master,
+                cipher,
+            }),
+        };
+        let sf = keyed(RangeCipher::Xts256);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+
+        let e = store_create(StoreFile::plain(&media), None, None, &mut out, &mut err);
+        assert!(matches!(e, Err(StoreCliError::NeedsMasterKey(_))), "{e:?}");
+        let e = store_create(sf, Some(1 << 30), None, &mut out, &mut err);
+        assert!(matches!(e, Err(StoreCliError::MediaSize { .. })), "{e:?}");
+        let sb = store_create(sf, Some(256 << 20), None, &mut out, &mut err).unwrap();
+        assert_eq!(sb.medium_len, 256 << 20, "the store spans the DPA space");
+        let e = store_create(sf, None, None, &mut out, &mut err);
+        assert!(matches!(e, Err(StoreCliError::MediaNotBlank(_))), "{e:?}");
+        let plain_file = dir.join("plain");
+        std::fs::write(&plain_file, b"x").unwrap();
+        let e = store_ls(
+            StoreFile {
+                path: &plain_file,
+                ..sf
+            },
+            &mut out,
+        );
+        assert!(matches!(e, Err(StoreCliError::NotMedia(_))), "{e:?}");
+        let e = store_ls(StoreFile::plain(&media), &mut out);
+        assert!(matches!(e, Err(StoreCliError::NeedsMasterKey(_))), "{e:?}");
+
+        let fast = CreateOptions {
+            kdf: Some(KdfParams::INSECURE_FAST),
+            ..CreateOptions::default()
+        };
+        pmo_create(sf, "ledger", 1 << 20, &key, fast, &mut out).unwrap();
+        let marker = *b"PLAINTEXT-MARKER-ON-CXL-0123456789";
+        {
+            let (open, _) = open_store(sf).unwrap();
+            let w = open
+                .store
+                .attach("ledger", pmo_store::Perm::Write, &key)
+                .unwrap();
+            let mut page = [0u8; pmo_store::crypto::PAGE];
+            page[..marker.len()].copy_from_slice(&marker);
+            w.psync([(3u64, &page)]).unwrap();
+            w.detach().wait().unwrap();
+            open.close().unwrap();
+        }
+        let list = store_ls(sf, &mut out).unwrap();
+        assert_eq!(list.len(), 1);
+        let ins = store_inspect(&media, &mut out).unwrap();
+        assert_eq!(ins.records.len(), 1, "inspect reads the keyless metadata");
+        assert_eq!(ins.superblock.medium_len, 256 << 20);
+        store_fsck(sf, &mut out, &mut err).unwrap();
+        assert!(store_verify(sf, "ledger", &key, &mut out, &mut err)
+            .unwrap()
+            .is_empty());
+        let raw = std::fs::read(&media).unwrap();
+        // SAFETY: both pointers and lengths describe live slices.
+        let found = unsafe {
+            libc::memmem(
+                raw.as_ptr().cast(),
+                raw.len(),
+                marker.as_ptr().cast(),
+                marker.len(),
+            )
+        };
+        assert!(found.is_null(), "plaintext on the media");
+
+        // Another cipher derives other range keys: the pages read as garbage and fail.
+        let e = store_verify(
+            keyed(RangeCipher::Xts128),
+            "ledger",
+            &key,
+            &mut out,
+            &mut err,
+        );
+        assert!(
+            matches!(e, Err(StoreCliError::Unclean(n)) if n > 0),
+            "{e:?}"
+        );
+        assert!(store_verify(sf, "ledger", &key, &mut out, &mut err)
+            .unwrap()
+            .is_empty());
+
+        // A keyless editor flips one byte of the PMO's extent on the media.
+        let off = HEADER_LEN + list[0].extent.0 + 3 * 4096 + 7;
+        {
+            use std::os::unix::fs::FileExt;
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&media)
+                .unwrap();
+            f.write_all_at(&[raw[off as usize] ^ 0x80], off).unwrap();
+        }
+        let e = store_verify(sf, "ledger", &key, &mut out, &mut err);
+        assert!(matches!(e, Err(StoreCliError::Unclean(1))), "{e:?}");
+        store_destroy(sf, "ledger", &key, &mut out).unwrap();
         assert!(store_ls(sf, &mut out).unwrap().is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }

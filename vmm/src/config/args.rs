@@ -54,8 +54,9 @@ pub struct RunArgs {
     pub console: Option<String>,
     /// PMO store file served to the guest through the virtio-pmo device
     /// (created and formatted with SIZE if missing), or `cxl=NAME`: on the media of the
-    /// `--cxl-t3 id=NAME,guest=off` expander (formatted when the media file is new).
-    #[arg(long, value_name = "FILE[,SIZE]|cxl=NAME")]
+    /// `--cxl-t3 id=NAME,guest=off` expander (formatted when the media file is new), each PMO
+    /// extent under its own TEE range key (cipher: xts-256 [default] or xts-128).
+    #[arg(long, value_name = "FILE[,SIZE]|cxl=NAME[,cipher=xts-128|xts-256]")]
     pub pmo_store: Option<String>,
     /// PMO design for attach sessions: wedi, bp-ip, bp-id, sp-ip, sp-id, d
     /// [default: each PMO's own].

@@ -30,7 +30,7 @@ mod devices;
 mod error;
 mod options;
 
-use pmo_store::crypto::KdfParams;
+use pmo_store::crypto::{KdfParams, RangeCipher};
 use pmo_store::StoreOptions;
 use pmo_virtio::device::PmoDeviceConfig;
 use sizes::{parse_size, ByteSize};
@@ -110,6 +110,8 @@ pub struct PmoOnCxl {
     pub expander: usize,
     /// File with the master key the PMO extents' TEE range keys are derived from.
     pub master_key: std::path::PathBuf,
+    /// The ranges' cipher (`cipher=xts-128|xts-256`, XTS-256 by default).
+    pub cipher: RangeCipher,
 }
 
 impl VmConfig {
@@ -226,7 +228,7 @@ impl VmConfig {
     }
 }
 
-/// The PMO device: `--pmo-store FILE[,SIZE]|cxl=NAME` and the `--pmo-*` settings that need
+/// The PMO device: `--pmo-store FILE[,SIZE]|cxl=NAME[,cipher=C]` and the `--pmo-*` settings that need
 /// it; with `cxl=NAME`, the expander it lives on (`cxl_t3`: the parsed `--cxl-t3` devices).
 fn pmo_config(
     src: &Sources<'_>,
@@ -254,7 +256,7 @@ fn pmo_config(
         }
         return Ok((None, None));
     };
-    let opts = OptionList::parse("pmo-store", store, &["path", "size", "cxl"], 2)?;
+    let opts = OptionList::parse("pmo-store", store, &["path", "size", "cxl", "cipher"], 2)?;
     let (store, store_size, on_cxl) = match opts.get("cxl") {
         Some(name) => {
             if opts.get("path").is_some() || opts.get("size").is_some() {
@@ -270,17 +272,28 @@ fn pmo_config(
             if dev.guest {
                 return Err(ConfigError::PmoCxlGuest(name.to_string()));
             }
+            let cipher = match opts.get("cipher") {
+                Some(c) => RangeCipher::from_name(c)
+                    .ok_or_else(|| opts.error(format!("cipher {c:?} is not xts-128 or xts-256")))?,
+                None => RangeCipher::default(),
+            };
             let master_key = master_key.clone().ok_or(ConfigError::PmoNoMasterKey)?;
             check_readable("PMO master key file", &master_key)?;
             let on = PmoOnCxl {
                 expander: index,
                 master_key,
+                cipher,
             };
             (dev.media.clone(), None, Some(on))
         }
         None => {
             if master_key.is_some() {
                 return Err(ConfigError::PmoMasterKeyUnused);
+            }
+            if opts.get("cipher").is_some() {
+                return Err(opts.error(
+                    "cipher= is for a store on an expander (cxl=NAME); a file store's pages are sealed by the store itself".into(),
+                ));
             }
             let store = base.join(opts.required("path")?);
             let store_size = opts.size("size")?;

@@ -754,8 +754,19 @@ fn pmo_store_on_a_private_expander() {
         Some(PmoOnCxl {
             expander: 0,
             master_key: s.path("master"),
+            cipher: RangeCipher::Xts256,
         })
     );
+    let xts128 = run(&[
+        "--cxl-t3",
+        &private,
+        "--pmo-store",
+        "cxl=store,cipher=xts-128",
+        "--pmo-master-key",
+        &master,
+    ])
+    .unwrap();
+    assert_eq!(xts128.pmo_on_cxl.unwrap().cipher, RangeCipher::Xts128);
     let pmo = ok.pmo.unwrap();
     assert_eq!((pmo.store, pmo.store_size), (s.path("m.img"), None));
     assert!(!ok.cxl_t3[0].guest);
@@ -815,6 +826,17 @@ fn pmo_store_on_a_private_expander() {
         &master
     ])
     .contains("no file or size"));
+    assert!(e(&[
+        "--cxl-t3",
+        &private,
+        "--pmo-store",
+        "cxl=store,cipher=xts-512",
+        "--pmo-master-key",
+        &master
+    ])
+    .contains("cipher \"xts-512\" is not xts-128 or xts-256"));
+    assert!(e(&["--pmo-store", &format!("{store},1G,cipher=xts-128")])
+        .contains("cipher= is for a store on an expander"));
     assert!(e(&[
         "--cxl-t3",
         &private,

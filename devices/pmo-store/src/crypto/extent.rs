@@ -5,10 +5,56 @@ use hkdf::Hkdf;
 use sha2::Sha256;
 use zeroize::Zeroizing;
 
+/// The cipher of the expander's TEE ranges that hold PMO extents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RangeCipher {
+    /// AES-XTS with two 128-bit keys (32 key bytes).
+    Xts128,
+    /// AES-XTS with two 256-bit keys (64 key bytes): the default.
+    #[default]
+    Xts256,
+}
+
+impl RangeCipher {
+    /// Parses `xts-128` or `xts-256`.
+    pub fn from_name(s: &str) -> Option<Self> {
+        match s {
+            "xts-128" => Some(Self::Xts128),
+            "xts-256" => Some(Self::Xts256),
+            _ => None,
+        }
+    }
+
+    /// The name [`RangeCipher::from_name`] parses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Xts128 => "xts-128",
+            Self::Xts256 => "xts-256",
+        }
+    }
+
+    /// Key bytes the range needs (both XTS halves).
+    pub fn key_len(self) -> usize {
+        match self {
+            Self::Xts128 => 32,
+            Self::Xts256 => 64,
+        }
+    }
+
+    /// HKDF salt: keys of the two ciphers are independent, never prefixes of each other.
+    fn salt(self) -> &'static [u8] {
+        match self {
+            Self::Xts128 => b"pmovmm v1 tee extent xts-128",
+            Self::Xts256 => b"pmovmm v1 tee extent",
+        }
+    }
+}
+
 /// The PMO service's source of inline-encryption keys for PMO extents on a
 /// medium that encrypts ranges itself (the CXL expander's TEE).
 ///
-/// Each extent gets its own AES-XTS-256 key, derived from a master key the
+/// Each extent gets its own AES-XTS key (256-bit by default, 128-bit by
+/// choice: [`ExtentKeyring::with_cipher`]), derived from a master key the
 /// VMM was given (a key file) and the extent's table slot and place, so no
 /// range key is ever stored: the store announces its extents at create and
 /// at open (`Medium::extent_in_use`) and the key is derived again each time.
@@ -16,6 +62,7 @@ use zeroize::Zeroizing;
 /// ciphertext that the store's own page MACs reject.
 pub struct ExtentKeyring {
     master: Zeroizing<Vec<u8>>,
+    cipher: RangeCipher,
 }
 
 impl ExtentKeyring {
@@ -29,17 +76,30 @@ impl ExtentKeyring {
         }
         Ok(Self {
             master: Zeroizing::new(master.to_vec()),
+            cipher: RangeCipher::default(),
         })
     }
 
-    /// The 64-byte XTS-256 key of the extent `[off, off+len)` in table slot `slot`.
+    /// The same keyring deriving keys for `cipher`. A store must be reopened with the cipher
+    /// it was written with: another derives other keys, and its pages then fail their MACs.
+    pub fn with_cipher(self, cipher: RangeCipher) -> Self {
+        Self { cipher, ..self }
+    }
+
+    /// The cipher its keys are for.
+    pub fn cipher(&self) -> RangeCipher {
+        self.cipher
+    }
+
+    /// The key of the extent `[off, off+len)` in table slot `slot`: 64 bytes for XTS-256,
+    /// 32 for XTS-128.
     pub fn extent_key(&self, slot: u32, off: u64, len: u64) -> Zeroizing<Vec<u8>> {
-        let hk = Hkdf::<Sha256>::new(Some(b"pmovmm v1 tee extent"), &self.master);
+        let hk = Hkdf::<Sha256>::new(Some(self.cipher.salt()), &self.master);
         let mut info = [0u8; 20];
         info[..4].copy_from_slice(&slot.to_le_bytes());
         info[4..12].copy_from_slice(&off.to_le_bytes());
         info[12..].copy_from_slice(&len.to_le_bytes());
-        let mut key = Zeroizing::new(vec![0u8; 64]);
+        let mut key = Zeroizing::new(vec![0u8; self.cipher.key_len()]);
         // 64 bytes is far below HKDF-SHA256's 8160-byte limit: expand cannot fail.
         if hk.expand(&info, &mut key).is_err() {
             key.fill(0);
@@ -80,5 +140,22 @@ mod tests {
             Some(CryptoError::ShortMaster(32))
         );
         assert_eq!(format!("{k:?}"), "ExtentKeyring(<redacted>)");
+    }
+
+    #[test]
+    fn xts_128_keys_are_half_as_long_and_independent_of_xts_256() {
+        let k256 = ExtentKeyring::new(&[7u8; 32]).unwrap();
+        let k128 = ExtentKeyring::new(&[7u8; 32])
+            .unwrap()
+            .with_cipher(RangeCipher::Xts128);
+        assert_eq!(k128.cipher(), RangeCipher::Xts128);
+        let (a, b) = (k256.extent_key(3, 0, 0x1000), k128.extent_key(3, 0, 0x1000));
+        assert_eq!((a.len(), b.len()), (64, 32));
+        assert_ne!(a[..32], b[..], "not a prefix of the 256-bit key");
+        assert_ne!(b[..16], b[16..]);
+        for c in [RangeCipher::Xts128, RangeCipher::Xts256] {
+            assert_eq!(RangeCipher::from_name(c.name()), Some(c));
+        }
+        assert_eq!(RangeCipher::from_name("xts-512"), None);
     }
 }

@@ -27,7 +27,7 @@ pub mod xts;
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
-pub use extent::ExtentKeyring;
+pub use extent::{ExtentKeyring, RangeCipher};
 pub use kdf::KdfParams;
 pub use page_keys::{KeyGen, KeyParams, PageId, PmoKeys};
 pub use xts::{XtsCipher, XtsError};

@@ -8,11 +8,13 @@
 mod crash;
 mod file;
 mod kill;
+mod part;
 mod timing;
 
 pub use crash::{CrashMedium, CrashMode};
 pub use file::{FileMedium, Persistence};
 pub use kill::KillInPsync;
+pub use part::Part;
 pub use timing::{PmTiming, TimedMedium};
 
 /// Errors of a medium.
