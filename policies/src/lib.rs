@@ -13,12 +13,16 @@
 //! - [`Adaptive`] (`adaptive:MAX`): stride with stream fallback whose depth follows measured accuracy.
 //!
 //! [`Metrics`] tallies accuracy, coverage and timeliness as the paper defines them.
+//!
+//! Placement between local DRAM and the CXL tier under a DRAM budget (see
+//! [`placement_from_name`]): [`Fifo`] (`fifo`) and [`Hotness`] (`hotness`).
 
 mod adaptive;
 mod markov;
 mod metrics;
 mod stream;
 mod stride;
+mod tiering;
 
 #[cfg(test)]
 mod sim;
@@ -30,6 +34,7 @@ pub use markov::Markov;
 pub use metrics::Metrics;
 pub use stream::{NonePredictor, Stream};
 pub use stride::Stride;
+pub use tiering::{placement_from_name, Fifo, Hotness, PageRef, Placement, Tier, TieringError};
 
 /// One demand fault seen by the pager.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
