@@ -524,6 +524,15 @@ static long pmo_ioc_stat(struct pmo_file *pf, void __user *argp)
 	a->trigger_wasted = le64_to_cpu(w->trigger_wasted);
 	a->prefetch_late = le64_to_cpu(w->prefetch_late);
 	a->demand_unpredicted = le64_to_cpu(w->demand_unpredicted);
+	a->dram_pages = le64_to_cpu(w->dram_pages);
+	a->cxl_dirty_pages = le64_to_cpu(w->cxl_dirty_pages);
+	a->promotions = le64_to_cpu(w->promotions);
+	a->demotions = le64_to_cpu(w->demotions);
+	a->prefetch_to_cxl = le64_to_cpu(w->prefetch_to_cxl);
+	a->vm_budget_pages = le64_to_cpu(w->vm_budget_pages);
+	a->vm_dram_pages = le64_to_cpu(w->vm_dram_pages);
+	a->vm_cxl_dirty_pages = le64_to_cpu(w->vm_cxl_dirty_pages);
+	a->vm_bytes_moved = le64_to_cpu(w->vm_bytes_moved);
 	a->perm = perm;
 	a->poisoned = atomic_read(&pf->npoisoned);
 	err = copy_to_user(argp, a, sizeof(*a)) ? -EFAULT : 0;

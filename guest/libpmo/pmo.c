@@ -331,6 +331,15 @@ int pmo_stat(void *addr, struct pmo_stat *st)
 	st->trigger_wasted = s.trigger_wasted;
 	st->prefetch_late = s.prefetch_late;
 	st->demand_unpredicted = s.demand_unpredicted;
+	st->dram_pages = s.dram_pages;
+	st->cxl_dirty_pages = s.cxl_dirty_pages;
+	st->promotions = s.promotions;
+	st->demotions = s.demotions;
+	st->prefetch_to_cxl = s.prefetch_to_cxl;
+	st->vm_budget_pages = s.vm_budget_pages;
+	st->vm_dram_pages = s.vm_dram_pages;
+	st->vm_cxl_dirty_pages = s.vm_cxl_dirty_pages;
+	st->vm_bytes_moved = s.vm_bytes_moved;
 	st->perm = s.perm == PMO_PERM_WRITE ? PMO_WRITE : PMO_READ;
 	st->poisoned = s.poisoned;
 	return 0;

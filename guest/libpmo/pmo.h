@@ -124,6 +124,21 @@ struct pmo_stat {
 	uint64_t trigger_wasted;	/* triggers never touched */
 	uint64_t prefetch_late;		/* touched before the prefetch was ready */
 	uint64_t demand_unpredicted;	/* faults on pages nobody predicted */
+	/*
+	 * DRAM/CXL tiering, when the VMM keeps PMO plaintext within a DRAM
+	 * budget (all 0 otherwise): this attachment's pages in local DRAM and
+	 * its written pages demoted to the expander's device memory, pages
+	 * moved in and out, and the same across the VM.
+	 */
+	uint64_t dram_pages;
+	uint64_t cxl_dirty_pages;
+	uint64_t promotions;
+	uint64_t demotions;
+	uint64_t prefetch_to_cxl;	/* predictions left in the CXL tier */
+	uint64_t vm_budget_pages;
+	uint64_t vm_dram_pages;
+	uint64_t vm_cxl_dirty_pages;
+	uint64_t vm_bytes_moved;
 	int perm;			/* PMO_READ or PMO_WRITE */
 	unsigned int poisoned;		/* pages reported poisoned */
 };

@@ -210,6 +210,17 @@ static int cmd_stat(const char *name, const char *key)
 		       (unsigned long long)st.trigger_wasted,
 		       (unsigned long long)st.prefetch_late,
 		       (unsigned long long)st.demand_unpredicted);
+		printf("dram_pages %llu\ncxl_dirty_pages %llu\npromotions %llu\n"
+		       "demotions %llu\nprefetch_to_cxl %llu\nvm_budget_pages %llu\n"
+		       "vm_dram_pages %llu\nvm_cxl_dirty_pages %llu\nvm_bytes_moved %llu\n",
+		       (unsigned long long)st.dram_pages,
+		       (unsigned long long)st.cxl_dirty_pages,
+		       (unsigned long long)st.promotions, (unsigned long long)st.demotions,
+		       (unsigned long long)st.prefetch_to_cxl,
+		       (unsigned long long)st.vm_budget_pages,
+		       (unsigned long long)st.vm_dram_pages,
+		       (unsigned long long)st.vm_cxl_dirty_pages,
+		       (unsigned long long)st.vm_bytes_moved);
 	}
 	return detach_report(name, p, rc);
 }

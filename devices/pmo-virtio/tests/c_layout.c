@@ -172,6 +172,15 @@ int main(void)
 		.trigger_wasted = htole64(0x910000000000001bULL),
 		.prefetch_late = htole64(0x910000000000001cULL),
 		.demand_unpredicted = htole64(0x910000000000001dULL),
+		.dram_pages = htole64(0x910000000000001eULL),
+		.cxl_dirty_pages = htole64(0x910000000000001fULL),
+		.promotions = htole64(0x9100000000000020ULL),
+		.demotions = htole64(0x9100000000000021ULL),
+		.prefetch_to_cxl = htole64(0x9100000000000022ULL),
+		.vm_budget_pages = htole64(0x9100000000000023ULL),
+		.vm_dram_pages = htole64(0x9100000000000024ULL),
+		.vm_cxl_dirty_pages = htole64(0x9100000000000025ULL),
+		.vm_bytes_moved = htole64(0x9100000000000026ULL),
 	};
 	int i;
 

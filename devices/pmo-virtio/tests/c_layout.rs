@@ -232,6 +232,21 @@ fn responses_decode_to_what_c_wrote() {
         ],
         std::array::from_fn(|i| base + 25 + i as u64)
     );
+    let t = st.tier;
+    assert_eq!(
+        [
+            t.dram_pages,
+            t.cxl_dirty_pages,
+            t.promotions,
+            t.demotions,
+            t.prefetch_to_cxl,
+            t.vm_budget_pages,
+            t.vm_dram_pages,
+            t.vm_cxl_dirty_pages,
+            t.vm_bytes_moved,
+        ],
+        std::array::from_fn(|i| base + 30 + i as u64)
+    );
     assert_eq!(
         proto::ListEntry::decode(&s["virtio_pmo_list_resp"]),
         Some(proto::ListEntry {

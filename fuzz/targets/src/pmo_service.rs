@@ -74,6 +74,7 @@ pub fn service_config(dir: &Path) -> PmoDeviceConfig {
             kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
             ..StoreOptions::default()
         },
+        dram_budget: None,
     }
 }
 

@@ -88,6 +88,15 @@ struct pmo_ioc_stat {
 	__u64 trigger_wasted;
 	__u64 prefetch_late;
 	__u64 demand_unpredicted;
+	__u64 dram_pages;			/* tiering: see virtio_pmo.h */
+	__u64 cxl_dirty_pages;
+	__u64 promotions;
+	__u64 demotions;
+	__u64 prefetch_to_cxl;
+	__u64 vm_budget_pages;
+	__u64 vm_dram_pages;
+	__u64 vm_cxl_dirty_pages;
+	__u64 vm_bytes_moved;
 	__u32 perm;				/* PMO_PERM_* of this attachment */
 	__u32 poisoned;				/* pages the host reported poisoned */
 };

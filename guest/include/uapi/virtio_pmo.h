@@ -149,6 +149,16 @@ struct virtio_pmo_stat {
 	__le64 trigger_wasted;
 	__le64 prefetch_late;
 	__le64 demand_unpredicted;
+	/* DRAM/CXL tiering under the VMM's DRAM budget (all 0 without one). */
+	__le64 dram_pages;		/* this attachment's pages in local DRAM */
+	__le64 cxl_dirty_pages;		/* ... written, demoted to device memory */
+	__le64 promotions;		/* ... brought back into DRAM */
+	__le64 demotions;		/* ... moved out of DRAM */
+	__le64 prefetch_to_cxl;		/* predictions left in the CXL tier */
+	__le64 vm_budget_pages;		/* the VM's DRAM budget */
+	__le64 vm_dram_pages;		/* resident across the VM's attachments */
+	__le64 vm_cxl_dirty_pages;	/* in device memory across them */
+	__le64 vm_bytes_moved;		/* between DRAM and the CXL tier */
 } __attribute__((packed));
 
 struct virtio_pmo_list_resp {

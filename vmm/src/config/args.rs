@@ -83,6 +83,12 @@ pub struct RunArgs {
     /// key itself is never on the command line and never logged.
     #[arg(long, value_name = "FILE")]
     pub pmo_master_key: Option<PathBuf>,
+    /// Local-DRAM budget for PMO plaintext across all attachments, for a store on an
+    /// expander: above it, cold pages are demoted to the CXL tier (clean ones dropped, dirty
+    /// ones sealed into the expander's device memory) and promoted back on access. policy:
+    /// hotness [default] or fifo.
+    #[arg(long, value_name = "SIZE[,policy=hotness|fifo]")]
+    pub pmo_dram: Option<String>,
     /// Test hook: the VMM kills itself at this persist point of a psync (crash tests).
     #[arg(long, value_name = "N", hide = true)]
     #[serde(skip)]

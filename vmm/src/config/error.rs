@@ -128,9 +128,15 @@ pub enum ConfigError {
     InvalidConsole(String),
     /// PMO options without a store to apply them to.
     #[error(
-        "--pmo-design, --pmo-window, --pmo-predictor, --pmo-kdf, --pmo-anchor and --pmo-master-key need --pmo-store"
+        "--pmo-design, --pmo-window, --pmo-predictor, --pmo-kdf, --pmo-anchor, --pmo-master-key and --pmo-dram need --pmo-store"
     )]
     PmoWithoutStore,
+    /// `--pmo-dram` for a store that is not on an expander: there is no CXL tier to demote to.
+    #[error("--pmo-dram needs the PMO store on an expander (--pmo-store cxl=NAME): that is the tier cold pages go to")]
+    PmoDramWithoutCxl,
+    /// A DRAM budget that is not whole pages, or larger than the window.
+    #[error("--pmo-dram {0}: not a non-zero multiple of 4K within the PMO window")]
+    PmoDram(ByteSize),
     /// An Argon2id cost that does not parse or is out of bounds.
     #[error("--pmo-kdf: {0}")]
     PmoKdf(String),

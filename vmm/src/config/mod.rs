@@ -32,7 +32,7 @@ mod options;
 
 use pmo_store::crypto::{KdfParams, RangeCipher};
 use pmo_store::StoreOptions;
-use pmo_virtio::device::PmoDeviceConfig;
+use pmo_virtio::device::{DramBudgetConfig, PmoDeviceConfig};
 use sizes::{parse_size, ByteSize};
 
 use crate::layout;
@@ -49,6 +49,8 @@ pub use options::OptionList;
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
+/// The PMO page.
+const PAGE_BYTES: u64 = 4 * KIB;
 
 /// Guest RAM is mapped with 2 MiB granularity (huge-page friendly, and the boot page tables
 /// identity-map with 2 MiB pages).
@@ -244,6 +246,7 @@ fn pmo_config(
     let master_key = src
         .pick(|a| a.pmo_master_key.as_deref())
         .map(|(p, base)| base.join(p));
+    let dram = src.pick(|a| a.pmo_dram.as_deref()).map(|(d, _)| d);
     let Some((store, base)) = src.pick(|a| a.pmo_store.as_deref()) else {
         if design.is_some()
             || window.is_some()
@@ -251,6 +254,7 @@ fn pmo_config(
             || kdf.is_some()
             || anchor.is_some()
             || master_key.is_some()
+            || dram.is_some()
         {
             return Err(ConfigError::PmoWithoutStore);
         }
@@ -318,6 +322,25 @@ fn pmo_config(
     if let Some(anchor) = &anchor {
         check_parent_dir("PMO anchor", anchor)?;
     }
+    let dram_budget = match dram {
+        Some(text) => {
+            if on_cxl.is_none() {
+                return Err(ConfigError::PmoDramWithoutCxl);
+            }
+            let opts = OptionList::parse("pmo-dram", text, &["size", "policy"], 1)?;
+            let bytes = opts.size("size")?.unwrap_or(0);
+            if bytes < PAGE_BYTES || !bytes.is_multiple_of(PAGE_BYTES) || bytes > window_size {
+                return Err(ConfigError::PmoDram(ByteSize(bytes)));
+            }
+            let policy = opts.get("policy").unwrap_or("hotness");
+            pmo_policies::placement_from_name(policy).map_err(|e| opts.error(e.to_string()))?;
+            Some(DramBudgetConfig {
+                bytes,
+                policy: policy.to_string(),
+            })
+        }
+        None => None,
+    };
     let device = PmoDeviceConfig {
         store,
         store_size,
@@ -331,6 +354,7 @@ fn pmo_config(
             anchor,
             ..StoreOptions::default()
         },
+        dram_budget,
     };
     Ok((Some(device), on_cxl))
 }

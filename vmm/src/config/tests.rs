@@ -551,6 +551,7 @@ fn pmo_store_settings() {
             test_kill_in_psync: None,
             predictor: None,
             store_options: StoreOptions::default(),
+            dram_budget: None,
         })
     );
     assert_eq!(with(&[]).unwrap().pmo, None);
@@ -856,4 +857,62 @@ fn pmo_store_on_a_private_expander() {
         e(&["--cxl-t3", &shown, "--cxl-t3", &other]),
         "cxl-t3 id=store: given twice"
     );
+}
+
+#[test]
+fn pmo_dram_budget_needs_an_expander_store_and_whole_pages() {
+    let s = Scratch::new("pmo-dram");
+    let k = s.arg("bzImage");
+    s.file("master", 32);
+    let private = format!("media={},size=256M,id=store,guest=off", s.arg("m.img"));
+    let master = s.arg("master");
+    let run = |dram: &str| {
+        VmConfig::from_args(&args(&[
+            "--kernel",
+            &k,
+            "--cxl-t3",
+            &private,
+            "--pmo-store",
+            "cxl=store",
+            "--pmo-master-key",
+            &master,
+            "--pmo-window",
+            "64M",
+            "--pmo-dram",
+            dram,
+        ]))
+    };
+    let budget = |dram: &str| run(dram).unwrap().pmo.unwrap().dram_budget.unwrap();
+    assert_eq!(
+        budget("16M"),
+        DramBudgetConfig {
+            bytes: 16 << 20,
+            policy: "hotness".into(),
+        }
+    );
+    assert_eq!(budget("size=4K,policy=fifo").policy, "fifo");
+    assert_eq!(budget("64M").bytes, 64 << 20, "the whole window");
+    let e = |dram: &str| run(dram).unwrap_err().to_string();
+    for bad in ["0", "6000", "65M"] {
+        assert!(
+            e(bad).contains("not a non-zero multiple of 4K within the PMO window"),
+            "{bad}: {}",
+            e(bad)
+        );
+    }
+    assert!(e("16M,policy=lru").contains("unknown placement policy \"lru\""));
+    assert!(e("16M,colour=red").contains("colour"));
+    let file_store = s.arg("s.img");
+    let e = VmConfig::from_args(&args(&[
+        "--kernel",
+        &k,
+        "--pmo-store",
+        &format!("{file_store},1G"),
+        "--pmo-dram",
+        "16M",
+    ]))
+    .unwrap_err();
+    assert!(matches!(e, ConfigError::PmoDramWithoutCxl), "{e}");
+    let e = VmConfig::from_args(&args(&["--kernel", &k, "--pmo-dram", "16M"])).unwrap_err();
+    assert!(matches!(e, ConfigError::PmoWithoutStore), "{e}");
 }

@@ -64,6 +64,9 @@ pub enum DeviceError {
     /// `--pmo-predictor` names no predictor, or a bad parameter.
     #[error("PMO predictor: {0}")]
     Predictor(#[from] pmo_policies::PolicyError),
+    /// `--pmo-dram ...,policy=` names no placement policy.
+    #[error("PMO placement policy: {0}")]
+    Placement(#[from] pmo_policies::TieringError),
     /// The event-queue notifier cannot be made.
     #[error("eventfd: {0}")]
     EventFd(std::io::Error),
@@ -90,6 +93,17 @@ pub struct PmoDeviceConfig {
     /// always), and how a missing store is formatted (slots; ignored when the file exists).
     /// Tests and fuzz targets format small stores, which create and open in microseconds.
     pub store_options: StoreOptions,
+    /// Keep the plaintext in the window within a DRAM budget, demoting to the CXL tier.
+    pub dram_budget: Option<DramBudgetConfig>,
+}
+
+/// `--pmo-dram SIZE[,policy=NAME]`: the window's local-DRAM budget and its placement policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DramBudgetConfig {
+    /// Bytes of plaintext the window may hold, across all attachments.
+    pub bytes: u64,
+    /// Placement policy spec (`hotness`, `fifo`).
+    pub policy: String,
 }
 
 /// The store's medium, possibly behind the psync kill hook.

@@ -191,6 +191,12 @@ impl PmoService {
             None => None,
         };
         let pager = Pager::new(cfg.window_size, cfg.fault_threads)?;
+        if let Some(b) = &cfg.dram_budget {
+            let policy = pmo_policies::placement_from_name(&b.policy)?;
+            let window_pages = cfg.window_size / PAGE as u64;
+            // Every page of the window may be dirty: device memory for all of them.
+            pager.set_dram_budget((b.bytes / PAGE as u64).max(1), policy, window_pages)?;
+        }
         Ok(Arc::new(PmoService {
             store,
             pager,
@@ -370,6 +376,20 @@ impl PmoService {
             a.psync_ns.load(Ordering::Relaxed) / 1000,
             s.integrity_failures.load(Ordering::Relaxed),
         );
+        if let Some(vm) = self.pager.tier_stats() {
+            log::info!(
+                "pmo: detach {:?}: tiering: {} pages in DRAM, {} dirty in device memory (dropped), {} promotions, {} demotions, {} predictions left in CXL; VM: {} of {} budget pages in DRAM, {} bytes moved",
+                a.name,
+                s.dram_pages.load(Ordering::Relaxed),
+                s.cxl_dirty_pages.load(Ordering::Relaxed),
+                s.promotions.load(Ordering::Relaxed),
+                s.demotions.load(Ordering::Relaxed),
+                s.prefetch_to_cxl.load(Ordering::Relaxed),
+                vm.resident_pages,
+                vm.budget_pages,
+                vm.bytes_moved(),
+            );
+        }
         // Plaintext leaves the window first; then the session ends (in the background).
         if let Err(e) = self.pager.detach(a.offset) {
             log::error!("pmo: detach window slice: {e}");
@@ -448,9 +468,29 @@ impl PmoService {
             trigger_wasted: load(&s.trigger_wasted),
             prefetch_late: load(&s.prefetch_late),
             demand_unpredicted: load(&s.demand_unpredicted),
+            tier: self.tier_stat(s),
         }
         .encode()
         .to_vec())
+    }
+
+    /// STAT's tiering block for an attachment with counters `s`.
+    fn tier_stat(&self, s: &SliceStats) -> proto::TierStat {
+        let Some(vm) = self.pager.tier_stats() else {
+            return proto::TierStat::default();
+        };
+        let load = |x: &AtomicU64| x.load(Ordering::Relaxed);
+        proto::TierStat {
+            dram_pages: load(&s.dram_pages),
+            cxl_dirty_pages: load(&s.cxl_dirty_pages),
+            promotions: load(&s.promotions),
+            demotions: load(&s.demotions),
+            prefetch_to_cxl: load(&s.prefetch_to_cxl),
+            vm_budget_pages: vm.budget_pages,
+            vm_dram_pages: vm.resident_pages,
+            vm_cxl_dirty_pages: vm.spilled_pages,
+            vm_bytes_moved: vm.bytes_moved(),
+        }
     }
 
     /// The catalog as LIST sees it: rebuilt only when a create or destroy changed it.

@@ -31,6 +31,7 @@ fn service_with(dir: &Path, predictor: Option<&str>) -> Result<Arc<PmoService>, 
         test_kill_in_psync: None,
         predictor: predictor.map(str::to_string),
         store_options: fast_store(),
+        dram_budget: None,
     })
 }
 
@@ -322,7 +323,9 @@ fn a_predictor_prefetches_after_faults() {
     // demand_unpredicted (field 29): only page 0.
     assert_eq!(stat(29), 1);
     let (_, r) = call(&s, OP_STAT, &h.to_le_bytes());
-    assert_eq!(r.len(), 8 * (9 + 16 + 5), "struct pmo_stat size");
+    // Header, predictor and tiering words (the last zero here: no DRAM budget).
+    assert_eq!(r.len(), 8 * (9 + 16 + 5 + 9), "struct pmo_stat size");
+    assert!(r[8 * 30..].iter().all(|&b| b == 0), "no tiering without a budget");
     call(&s, OP_DETACH, &h.to_le_bytes());
     // A bad predictor spec is a startup error.
     let other = tmp("predict-bad");
@@ -765,6 +768,7 @@ fn hostile_guest_threads_race_requests_and_touches_without_crossing_pmos() {
         test_kill_in_psync: None,
         predictor: Some("stream:2".into()),
         store_options: fast_store(),
+        dram_budget: None,
     })
     .unwrap();
     let r = Race {

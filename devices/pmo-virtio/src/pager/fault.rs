@@ -1,6 +1,7 @@
 //! The demand-fault path: a touched page is filled from its source, checked, and installed;
 //! a page that fails is refused (made inaccessible) and reported, never installed.
 
+use super::budget::Installed;
 use super::*;
 
 impl Pager {
@@ -100,11 +101,20 @@ impl Pager {
                 self.wake(f.address);
                 return;
             };
+            // Under the tier lock: a demotion either moved the page out before (then the
+            // retried access promotes it) or sees it dirty after.
+            let spilled = slice.spilled.locked();
+            if !test_bit(&slice.installed, page) {
+                drop(spilled);
+                self.wake(f.address);
+                return;
+            }
             slice.mark_dirty(page);
             slice.stats.wp_faults.fetch_add(1, Ordering::Relaxed);
             if let Err(e) = self.uffd.write_protect(f.address, PAGE_U64, false) {
                 log::error!("pmo: unprotect page {page}: {e}");
             }
+            self.touched(&slice, page, true);
             return;
         }
         let writable = slice.source.writable();
@@ -113,6 +123,12 @@ impl Pager {
         let dirty_now = writable && f.write;
         let wp = writable && !f.write;
         let now = slice.seq.fetch_add(1, Ordering::AcqRel) + 1;
+        if self.promote_spilled(&slice, page, buf) {
+            // Its only copy was in device memory: back, dirty, without crypto of the store.
+            slice.stats.record_fault(start.elapsed().as_nanos() as u64);
+            self.enforce_budget();
+            return;
+        }
         if let Some(staged) = slice.take_staged(page) {
             // A trigger: verified already, so this fault costs no crypto.
             slice.stats.trigger_hits.fetch_add(1, Ordering::Relaxed);
@@ -121,18 +137,12 @@ impl Pager {
             // find the next batch already on its way.
             self.predict_after(&slice, page, f.tid, f.write);
             slice.stats.record_fault(start.elapsed().as_nanos() as u64);
-            if dirty_now {
-                slice.mark_dirty(page);
+            if self.install_in(&slice, page, &staged.data, dirty_now, wp) == Installed::Not {
+                self.wake(f.address);
             }
-            match slice.enter() {
-                Some(_gate) => {
-                    self.install(f.address, &staged.data, wp);
-                }
-                None => self.wake(f.address),
-            }
-            set_bit(&slice.installed, page);
             clear_bit(&slice.predicted, page);
             slice.expire_staged(now);
+            self.enforce_budget();
             return;
         }
         match slice.source.fill(page, buf) {
@@ -155,24 +165,16 @@ impl Pager {
                 // covers lookup, decryption, verification and prediction.
                 slice.stats.pages_decrypted.fetch_add(1, Ordering::Relaxed);
                 slice.stats.record_fault(start.elapsed().as_nanos() as u64);
-                if dirty_now {
-                    slice.mark_dirty(page);
-                }
-                let installed = match slice.enter() {
-                    Some(_gate) => self.install(f.address, buf, wp),
-                    None => {
-                        // Detached while we decrypted: the plaintext stays out.
-                        self.wake(f.address);
-                        false
-                    }
-                };
-                if !installed {
-                    // A racing fault or prefetch installed it first, or detach began.
+                if self.install_in(&slice, page, buf, dirty_now, wp) == Installed::Not {
+                    // A racing fault or prefetch installed it first, detach began (the
+                    // plaintext stays out), or it was demoted dirty meanwhile (the retry
+                    // promotes it).
                     slice.stats.pages_decrypted.fetch_sub(1, Ordering::Relaxed);
+                    self.wake(f.address);
                 }
-                set_bit(&slice.installed, page);
                 buf.fill(0);
                 slice.expire_staged(now);
+                self.enforce_budget();
             }
             Err(e) => {
                 slice

@@ -20,7 +20,9 @@
 //! Files: this one holds the pager, its slices and their bitmaps; `window.rs` gives slices
 //! out and takes them back (attach, detach, dirty pages for psync); `fault.rs` is the demand
 //! fault path (fill, verify, install or refuse); `prefetch.rs` the predictor-driven prefetch;
-//! `stats.rs` the per-slice counters. The fault threads are `uffd::FaultServer`'s.
+//! `stats.rs` the per-slice counters; `budget.rs` keeps the window within a DRAM budget by
+//! demoting pages to the CXL tier, `tier.rs` is that tier's device memory for dirty pages.
+//! The fault threads are `uffd::FaultServer`'s.
 
 use locked::{Locked, RwLocked};
 use std::collections::{BTreeMap, VecDeque};
@@ -73,6 +75,9 @@ pub enum PagerError {
     /// The attachment's detach began: no more psyncs.
     #[error("attachment at window offset {0:#x} is being detached")]
     Detaching(u64),
+    /// A DRAM budget that cannot be set.
+    #[error("DRAM budget: {0}")]
+    Budget(String),
 }
 
 /// Why a page could not be filled.
@@ -188,6 +193,13 @@ struct Slice {
     closing: AtomicBool,
     /// Window mutations on behalf of this slice in progress (see [`Slice::enter`]).
     inflight: AtomicU64,
+    /// Dirty pages demoted into device memory (their only copy), by page. Its lock is the
+    /// slice's tier lock (see `budget.rs`).
+    spilled: Mutex<BTreeMap<u64, tier::Spilled>>,
+    /// Pages demoted clean and not back yet: a fault on one is a promotion.
+    demoted: Vec<AtomicU64>,
+    /// Psyncs taking this slice's pages right now: no demotion meanwhile.
+    collecting: AtomicU64,
 }
 
 /// One window mutation on behalf of a slice in progress; detach waits until it is dropped.
@@ -272,6 +284,14 @@ impl Slice {
         set_bit(&self.dirty, page);
     }
 
+    /// How the placement policy names `page` of this slice.
+    fn page_ref(&self, page: u64) -> pmo_policies::PageRef {
+        pmo_policies::PageRef {
+            pmo: self.start,
+            page,
+        }
+    }
+
     /// Tells the predictor how an earlier prediction of `page` turned out.
     fn feedback(&self, page: u64, used: bool) {
         if let Some(st) = self.predict.locked().as_mut() {
@@ -328,6 +348,8 @@ pub struct Pager {
     prefetch: Mutex<Option<PrefetchQueue>>,
     /// Predicted pages queued for the prefetch worker and not yet handled.
     prefetch_backlog: AtomicU64,
+    /// The DRAM budget, if one is set (see `budget.rs`).
+    budget: std::sync::OnceLock<budget::DramBudget>,
 }
 
 impl Pager {
@@ -350,6 +372,7 @@ impl Pager {
             prefetch_worker: Mutex::new(None),
             prefetch: Mutex::new(None),
             prefetch_backlog: AtomicU64::new(0),
+            budget: std::sync::OnceLock::new(),
         });
         let (tx, rx) = std::sync::mpsc::sync_channel(PREFETCH_BACKLOG);
         *pager.prefetch.locked() = Some(tx);
@@ -408,13 +431,20 @@ impl Drop for Pager {
     }
 }
 
+mod budget;
 mod fault;
 mod prefetch;
 mod stats;
+mod tier;
 mod window;
+
+pub use budget::TierStats;
+pub use tier::TierError;
 
 use prefetch::{prefetch_worker, PrefetchJob};
 pub use stats::{PredictionCounts, PredictionEstimate, SliceStats, HIST_BUCKETS};
 
+#[cfg(test)]
+mod budget_tests;
 #[cfg(test)]
 mod tests;

@@ -103,20 +103,27 @@ impl Pager {
             slice.expire_staged(slice.seq.load(Ordering::Acquire));
             return;
         }
-        let addr = self.page_addr(slice, page);
+        if let Some(b) = self.budget.get() {
+            let resident = b.resident.load(Ordering::Acquire) as usize;
+            if b.policy.locked().prefetch_tier(resident, b.pages as usize)
+                == pmo_policies::Tier::Cxl
+            {
+                // No room in DRAM without pushing out pages the policy rates hotter: the page
+                // stays in the CXL tier (the store) until it is touched.
+                buf.fill(0);
+                clear_bit(&slice.predicted, page);
+                slice.stats.prefetch_to_cxl.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
         let writable = slice.source.writable();
-        if writable && job.writing {
-            slice.mark_dirty(page);
-        }
-        let installed = match slice.enter() {
-            Some(_gate) => self.install(addr, buf, writable && !job.writing),
-            None => false,
-        };
+        let dirty = writable && job.writing;
+        let installed = self.install_in(slice, page, buf, dirty, writable && !job.writing);
         buf.fill(0);
-        if installed {
+        if installed == super::budget::Installed::Done {
             slice.stats.pages_prefetched.fetch_add(1, Ordering::Relaxed);
+            self.enforce_budget();
         }
-        set_bit(&slice.installed, page);
     }
 
     /// Predicted pages queued for the prefetch worker and not handled yet: 0 means every

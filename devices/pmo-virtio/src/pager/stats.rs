@@ -31,6 +31,16 @@ pub struct SliceStats {
     pub trigger_wasted: AtomicU64,
     /// Demand faults on pages nobody predicted.
     pub demand_unpredicted: AtomicU64,
+    /// Demoted pages brought back into local DRAM (see [`Pager::set_dram_budget`]).
+    pub promotions: AtomicU64,
+    /// Pages moved out of local DRAM to keep to the budget.
+    pub demotions: AtomicU64,
+    /// Predicted pages left in the CXL tier because DRAM had no room for them.
+    pub prefetch_to_cxl: AtomicU64,
+    /// Pages of the attachment resident in the window (local DRAM) now.
+    pub dram_pages: AtomicU64,
+    /// Written pages of the attachment demoted to device memory now.
+    pub cxl_dirty_pages: AtomicU64,
     /// Fault service times, bucket i counting `[2^i, 2^(i+1))` microseconds.
     pub fault_hist: [AtomicU64; HIST_BUCKETS],
 }

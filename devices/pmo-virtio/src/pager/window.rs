@@ -56,6 +56,9 @@ impl Pager {
             stats: stats.clone(),
             closing: AtomicBool::new(false),
             inflight: AtomicU64::new(0),
+            spilled: Mutex::new(BTreeMap::new()),
+            demoted: bitmap(npages),
+            collecting: AtomicU64::new(0),
         });
         slices.insert(start, slice);
         Ok((start * PAGE_U64, stats))
@@ -144,15 +147,29 @@ impl Pager {
         let Some(gate) = slice.enter() else {
             return Err(PagerError::Detaching(offset));
         };
+        // Under the tier lock: no page is demoted while this psync takes the slice's pages
+        // (`collecting`), and the dirty pages already in device memory are read as they are.
         let mut pages = Vec::new();
-        for (w, word) in slice.dirty.iter().enumerate() {
-            let mut bits = word.swap(0, Ordering::AcqRel);
-            while bits != 0 {
-                let b = bits.trailing_zeros() as u64;
-                bits &= bits - 1;
-                pages.push(w as u64 * 64 + b);
+        let mut out = Vec::new();
+        let spilled_pages: Vec<u64>;
+        let _collecting = {
+            let spilled = slice.spilled.locked();
+            slice.collecting.fetch_add(1, Ordering::SeqCst);
+            for (w, word) in slice.dirty.iter().enumerate() {
+                let mut bits = word.swap(0, Ordering::AcqRel);
+                while bits != 0 {
+                    let b = bits.trailing_zeros() as u64;
+                    bits &= bits - 1;
+                    let page = w as u64 * 64 + b;
+                    if !spilled.contains_key(&page) {
+                        pages.push(page);
+                    }
+                }
             }
-        }
+            spilled_pages = spilled.keys().copied().collect();
+            self.read_spilled(&spilled, &mut out);
+            Collecting(&slice)
+        };
         // A refused page never holds the attachment's data (it is
         // inaccessible, or zeros): never hand it over, never touch it.
         {
@@ -161,7 +178,7 @@ impl Pager {
                 pages.retain(|p| !poisoned.contains(p));
             }
         }
-        let mut out = Vec::with_capacity(pages.len());
+        out.reserve(pages.len());
         for page in pages {
             let addr = self.page_addr(&slice, page);
             // Protect first so a concurrent write lands in the next psync's dirty set.
@@ -187,16 +204,23 @@ impl Pager {
             }
             return Err(PagerError::Detaching(offset));
         }
+        out.sort_unstable_by_key(|(p, _)| *p);
         let n = out.len() as u64;
         let r = sink(&out);
+        if r.is_ok() {
+            // Written: those pages are clean now and leave device memory.
+            self.spilled_written(&slice, &spilled_pages);
+        }
         // The plaintext copies leave memory now.
         for (_, b) in out.iter_mut() {
             zeroize::Zeroize::zeroize(&mut b[..]);
         }
         if r.is_err() {
-            // Keep them dirty so a retry writes them.
+            // Keep them dirty so a retry writes them (spilled pages stay spilled, so dirty).
             for (p, _) in &out {
-                slice.mark_dirty(*p);
+                if !spilled_pages.contains(p) {
+                    slice.mark_dirty(*p);
+                }
             }
         }
         Ok(r.map(|()| n))
@@ -247,6 +271,9 @@ impl Pager {
         drop(left);
         let refused = slice.poisoned.locked().len() as u64;
         self.refused.fetch_sub(refused, Ordering::AcqRel);
+        // Its pages leave the DRAM budget; dirty pages in device memory are dropped
+        // (unsynced changes end with the attachment).
+        self.release_budget(&slice);
         // Unpublish before clearing: a fault that still finds the slice
         // installs its zero page under the read lock, so before this.
         self.slices.write_locked().remove(&slice.start);
@@ -259,5 +286,14 @@ impl Pager {
         }
         self.release_range(slice.start, slice.npages);
         Ok(())
+    }
+}
+
+/// A psync taking a slice's pages: demotion of them waits until it is dropped.
+struct Collecting<'a>(&'a Slice);
+
+impl Drop for Collecting<'_> {
+    fn drop(&mut self) {
+        self.0.collecting.fetch_sub(1, Ordering::SeqCst);
     }
 }

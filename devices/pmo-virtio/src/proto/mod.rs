@@ -15,8 +15,8 @@ mod response;
 
 pub use request::{parse, parse_name, KeyBytes, Request, MAX_REQUEST_LEN};
 pub use response::{
-    AttachResponse, DeviceConfig, Event, ListEntry, PsyncResponse, StatResponse, LIST_DETACHED,
-    LIST_READERS, LIST_WRITER,
+    AttachResponse, DeviceConfig, Event, ListEntry, PsyncResponse, StatResponse, TierStat,
+    LIST_DETACHED, LIST_READERS, LIST_WRITER,
 };
 
 /// Virtio device type of the PMO device (unassigned in virtio 1.3; see docs/virtio-pmo.md).
@@ -208,6 +208,8 @@ mod tests {
             ..StatResponse::default()
         };
         st.fault_hist[15] = 5;
+        st.tier.vm_bytes_moved = 8192;
+        st.tier.dram_pages = 3;
         assert_eq!(StatResponse::decode(&st.encode()), Some(st));
         let l = ListEntry {
             name: "db".into(),

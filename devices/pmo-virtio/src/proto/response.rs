@@ -180,11 +180,70 @@ pub struct StatResponse {
     pub prefetch_late: u64,
     /// Demand faults no prediction had named.
     pub demand_unpredicted: u64,
+    /// Where the PMO's pages are, and what moved, under a DRAM budget (`--pmo-dram`).
+    pub tier: TierStat,
+}
+
+/// The tiering part of STAT: this attachment's pages per tier and moves, and the VM's
+/// budget and use. All zero without a DRAM budget.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TierStat {
+    /// Pages of this attachment resident in local DRAM.
+    pub dram_pages: u64,
+    /// Pages of this attachment written since psync and demoted to expander device memory.
+    pub cxl_dirty_pages: u64,
+    /// Pages of this attachment brought back into DRAM.
+    pub promotions: u64,
+    /// Pages of this attachment moved out of DRAM.
+    pub demotions: u64,
+    /// Predicted pages left in the CXL tier for lack of room.
+    pub prefetch_to_cxl: u64,
+    /// The VM's DRAM budget in pages (0: none).
+    pub vm_budget_pages: u64,
+    /// Pages resident in DRAM across the VM's attachments.
+    pub vm_dram_pages: u64,
+    /// Dirty pages in device memory across the VM's attachments.
+    pub vm_cxl_dirty_pages: u64,
+    /// Bytes moved between DRAM and the CXL tier across the VM's attachments.
+    pub vm_bytes_moved: u64,
+}
+
+impl TierStat {
+    const WORDS: usize = 9;
+
+    fn words(&self) -> [u64; Self::WORDS] {
+        [
+            self.dram_pages,
+            self.cxl_dirty_pages,
+            self.promotions,
+            self.demotions,
+            self.prefetch_to_cxl,
+            self.vm_budget_pages,
+            self.vm_dram_pages,
+            self.vm_cxl_dirty_pages,
+            self.vm_bytes_moved,
+        ]
+    }
+
+    fn from_words(w: &[u64]) -> Option<Self> {
+        let w: &[u64; Self::WORDS] = w.try_into().ok()?;
+        Some(TierStat {
+            dram_pages: w[0],
+            cxl_dirty_pages: w[1],
+            promotions: w[2],
+            demotions: w[3],
+            prefetch_to_cxl: w[4],
+            vm_budget_pages: w[5],
+            vm_dram_pages: w[6],
+            vm_cxl_dirty_pages: w[7],
+            vm_bytes_moved: w[8],
+        })
+    }
 }
 
 impl StatResponse {
     /// Bytes on the wire.
-    pub const LEN: usize = 8 * (9 + HIST_BUCKETS + 5);
+    pub const LEN: usize = 8 * (9 + HIST_BUCKETS + 5 + TierStat::WORDS);
 
     fn words(&self) -> [u64; Self::LEN / 8] {
         let mut w = [0u64; Self::LEN / 8];
@@ -200,13 +259,14 @@ impl StatResponse {
             self.integrity_failures,
         ]);
         w[9..9 + HIST_BUCKETS].copy_from_slice(&self.fault_hist);
-        w[9 + HIST_BUCKETS..].copy_from_slice(&[
+        w[9 + HIST_BUCKETS..14 + HIST_BUCKETS].copy_from_slice(&[
             self.triggers,
             self.trigger_hits,
             self.trigger_wasted,
             self.prefetch_late,
             self.demand_unpredicted,
         ]);
+        w[14 + HIST_BUCKETS..].copy_from_slice(&self.tier.words());
         w
     }
 
@@ -244,6 +304,7 @@ impl StatResponse {
             trigger_wasted: t[2],
             prefetch_late: t[3],
             demand_unpredicted: t[4],
+            tier: TierStat::from_words(&t[5..])?,
         })
     }
 }
