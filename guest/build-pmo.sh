@@ -6,7 +6,7 @@
 #   libpmo.a pmo.h   the C library for guest programs (musl, static)
 #   pmo              the CLI (static)
 #   pmo-bin/         every static guest program to put into the image's /bin
-#                    (pmo, pmo_list, pmo_probe, pmo_bench; LMDB's mtests on PMOs,
+#                    (pmo, pmo_list, pmo_probe, pmo_tier, pmo_bench; LMDB's mtests on PMOs,
 #                    lmdb_mtest ... lmdb_mtest6, lmdb_check, lmdb_mdb_stat, from
 #                    apps/lmdb/c; YCSB's programs from apps/ycsb/c when that
 #                    directory has a Makefile; Filebench's fb_pmo from
@@ -39,7 +39,7 @@ else
 fi
 [[ -f "$kdir/Makefile" ]] || die "kernel headers $kdir missing; run guest/build.sh or scripts/setup.sh"
 
-progs=(pmo pmo_list pmo_probe)
+progs=(pmo pmo_list pmo_probe pmo_tier)
 outputs=("$out/pmo.ko" "$out/libpmo.a" "$out/pmo.h" "$out/pmo")
 for p in "${progs[@]}"; do outputs+=("$out/pmo-bin/$p"); done
 outputs+=("$out/pmo-bin/pmo_bench")

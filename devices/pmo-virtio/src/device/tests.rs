@@ -325,7 +325,10 @@ fn a_predictor_prefetches_after_faults() {
     let (_, r) = call(&s, OP_STAT, &h.to_le_bytes());
     // Header, predictor and tiering words (the last zero here: no DRAM budget).
     assert_eq!(r.len(), 8 * (9 + 16 + 5 + 9), "struct pmo_stat size");
-    assert!(r[8 * 30..].iter().all(|&b| b == 0), "no tiering without a budget");
+    assert!(
+        r[8 * 30..].iter().all(|&b| b == 0),
+        "no tiering without a budget"
+    );
     call(&s, OP_DETACH, &h.to_le_bytes());
     // A bad predictor spec is a startup error.
     let other = tmp("predict-bad");

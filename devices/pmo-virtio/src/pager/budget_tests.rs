@@ -120,6 +120,7 @@ fn dirty_pages_leave_dram_sealed_come_back_and_psync_takes_them() {
             .unwrap();
         assert_eq!(n, 32);
         assert_eq!(pager.tier_stats().unwrap().spilled_pages, 0, "{policy}");
+        assert_eq!(stats.cxl_dirty_pages.load(Ordering::Relaxed), 0, "{policy}");
         for p in 0..32 {
             assert_eq!(store.word(p), 1000 + p, "{policy}: stored page {p}");
         }
