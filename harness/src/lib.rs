@@ -15,4 +15,5 @@ pub mod engine;
 pub mod metrics;
 pub mod pmalloc;
 pub mod report;
+pub mod tiering;
 pub mod workloads;

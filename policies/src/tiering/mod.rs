@@ -10,8 +10,8 @@
 //!
 //! Policies (see [`placement_from_name`]):
 //! - [`Fifo`] (`fifo`): demotes in fault order; the no-hotness baseline.
-//! - [`Hotness`] (`hotness`): a CLOCK over resident pages whose starting credit grows when a
-//!   page returns soon after its demotion; clean pages go before dirty ones.
+//! - [`Hotness`] (`hotness`): probation and protected segments; a page that returns soon
+//!   after its demotion is protected; clean pages go before dirty ones.
 
 mod fifo;
 mod hotness;
