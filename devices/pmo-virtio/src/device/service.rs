@@ -364,7 +364,7 @@ impl PmoService {
         }
         let failure = a.source.failure();
         log::info!(
-            "pmo: detach {:?} ({}{}): {} faults ({} us total), {} pages decrypted, {} psyncs of {} pages ({} us), {} integrity failures",
+            "pmo: detach {:?} ({}{}): {} faults ({} us total), {} pages decrypted, {} psyncs of {} pages ({} us; {} pages marked dirty were unchanged), {} integrity failures",
             a.name,
             if a.perm == Perm::Write { "w" } else { "r" },
             if failure.is_some() { ", failed" } else { "" },
@@ -374,6 +374,7 @@ impl PmoService {
             a.psyncs.load(Ordering::Relaxed),
             a.psync_pages.load(Ordering::Relaxed),
             a.psync_ns.load(Ordering::Relaxed) / 1000,
+            s.psync_unchanged.load(Ordering::Relaxed),
             s.integrity_failures.load(Ordering::Relaxed),
         );
         if let Some(vm) = self.pager.tier_stats() {

@@ -1090,6 +1090,11 @@ fn detach_all_waits_for_detaches_the_guest_asked_for() {
         assert_eq!(st, Status::Ok);
         for p in 0..pages {
             touch(&s, off, p, true);
+            // A real change: a page only faulted in for writing is not psynced.
+            let addr = s.pager().host_addr() + off + p * 4096;
+            // SAFETY: a page of this writable attachment, installed writable by the write
+            // fault above.
+            unsafe { std::ptr::write_volatile(addr as *mut u8, 1) };
         }
         assert_eq!(call(&s, OP_PSYNC, &h.to_le_bytes()).0, Status::Ok);
         let pending = |s: &PmoService| {

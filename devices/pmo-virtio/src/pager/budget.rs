@@ -156,6 +156,12 @@ impl Pager {
         if !self.install(self.page_addr(slice, page), data, wp) {
             return Installed::Not;
         }
+        // `data` came from the store: remember what it holds. Only when installed (a fill that
+        // lost a race may be older than a psync), and under the tier lock, which a psync holds
+        // to record what it wrote, so the two cannot land out of order.
+        if let Some(d) = &slice.digests {
+            d.record(page, data);
+        }
         set_bit(&slice.installed, page);
         self.admitted(slice, page, dirty);
         drop(spilled);
@@ -287,17 +293,27 @@ impl Pager {
             // SAFETY: a present page of our window inside this live slice (we hold its
             // gate and tier lock, so nothing drops it); writes to it now fault.
             unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), PAGE) };
-            let put = b.tier.put(&buf);
-            buf.fill(0);
-            match put {
-                Ok(s) => slot = Some(s),
-                Err(e) => {
-                    // Stays resident (protected: the next write marks it dirty again).
-                    log::debug!("pmo: page {page} stays in DRAM: {e}");
-                    b.policy.locked().admit(v, dirty);
-                    return false;
+            if slice
+                .digests
+                .as_ref()
+                .is_some_and(|d| d.unchanged(page, &buf))
+            {
+                // Marked dirty, but it holds what the store has: dropped like a clean page.
+                clear_bit(&slice.dirty, page);
+            } else {
+                let put = b.tier.put(&buf);
+                buf.fill(0);
+                match put {
+                    Ok(s) => slot = Some(s),
+                    Err(e) => {
+                        // Stays resident (protected: the next write marks it dirty again).
+                        log::debug!("pmo: page {page} stays in DRAM: {e}");
+                        b.policy.locked().admit(v, dirty);
+                        return false;
+                    }
                 }
             }
+            buf.fill(0);
         }
         if let Err(e) = self.map.discard(addr, PAGE_U64) {
             log::error!("pmo: drop page {page} for demotion: {e}");

@@ -78,6 +78,9 @@ pub enum PagerError {
     /// A DRAM budget that cannot be set.
     #[error("DRAM budget: {0}")]
     Budget(String),
+    /// No key for the slice's page fingerprints could be drawn.
+    #[error("page fingerprint key: {0}")]
+    Key(pmo_store::crypto::CryptoError),
 }
 
 /// Why a page could not be filled.
@@ -200,6 +203,9 @@ struct Slice {
     demoted: Vec<AtomicU64>,
     /// Psyncs taking this slice's pages right now: no demotion meanwhile.
     collecting: AtomicU64,
+    /// What the store holds for each page (writable slices): a dirty page that still
+    /// matches is not written or sealed.
+    digests: Option<digests::StoreDigests>,
 }
 
 /// One window mutation on behalf of a slice in progress; detach waits until it is dropped.
@@ -432,6 +438,7 @@ impl Drop for Pager {
 }
 
 mod budget;
+mod digests;
 mod fault;
 mod prefetch;
 mod stats;

@@ -31,6 +31,8 @@ pub struct SliceStats {
     pub trigger_wasted: AtomicU64,
     /// Demand faults on pages nobody predicted.
     pub demand_unpredicted: AtomicU64,
+    /// Pages a psync found marked dirty but holding what the store has: not written.
+    pub psync_unchanged: AtomicU64,
     /// Demoted pages brought back into local DRAM (see [`Pager::set_dram_budget`]).
     pub promotions: AtomicU64,
     /// Pages moved out of local DRAM to keep to the budget.

@@ -10,6 +10,11 @@ impl Pager {
         source: Arc<dyn PageSource>,
         npages: u64,
     ) -> Result<(u64, Arc<SliceStats>), PagerError> {
+        let digests = if source.writable() {
+            Some(digests::StoreDigests::new(npages).map_err(PagerError::Key)?)
+        } else {
+            None
+        };
         // Held while the range is cleared and the slice published: a fault
         // in free window space installs its zero page under the read lock,
         // so that page is either cleared here or never lands in this slice.
@@ -59,6 +64,7 @@ impl Pager {
             spilled: Mutex::new(BTreeMap::new()),
             demoted: bitmap(npages),
             collecting: AtomicU64::new(0),
+            digests,
         });
         slices.insert(start, slice);
         Ok((start * PAGE_U64, stats))
@@ -204,11 +210,30 @@ impl Pager {
             }
             return Err(PagerError::Detaching(offset));
         }
+        // Pages that still hold what the store has (reads KVM faulted in for writing, writes
+        // of the same bytes) are clean: nothing to write.
+        if let Some(d) = &slice.digests {
+            out.retain_mut(|(p, b)| {
+                let same = d.unchanged(*p, b);
+                if same {
+                    zeroize::Zeroize::zeroize(&mut b[..]);
+                    slice.stats.psync_unchanged.fetch_add(1, Ordering::Relaxed);
+                }
+                !same
+            });
+        }
         out.sort_unstable_by_key(|(p, _)| *p);
         let n = out.len() as u64;
         let r = sink(&out);
         if r.is_ok() {
-            // Written: those pages are clean now and leave device memory.
+            // Written: the store holds these now (recorded under the tier lock, see
+            // `install_in`); spilled pages are clean and leave device memory.
+            if let Some(d) = &slice.digests {
+                let _tier = slice.spilled.locked();
+                for (p, b) in &out {
+                    d.record(*p, b);
+                }
+            }
             self.spilled_written(&slice, &spilled_pages);
         }
         // The plaintext copies leave memory now.
