@@ -37,15 +37,8 @@ done
 if [[ ! -f $out/compare.csv || $status -eq 2 ]]; then
     exit "$status"
 fi
-# The plot needs matplotlib (python3-matplotlib from scripts/setup.sh, i.e. the system python,
-# which a pyenv or venv python3 earlier on PATH may not see).
-py=
-for cand in python3 /usr/bin/python3; do
-    if "$cand" -c 'import matplotlib' 2>/dev/null; then
-        py=$cand
-        break
-    fi
-done
+# The plot needs matplotlib.
+source "$repo/scripts/lib/matplotlib.sh"
 if [[ -z $py ]]; then
     echo "compare.sh: no python3 with matplotlib (run scripts/setup.sh); no PNG" >&2
     exit 1

@@ -20,14 +20,8 @@ out=$repo/target/tiering
 cargo build --release -q -p pmo-harness --bin pmo-tiering
 rm -f "$out/tiering.md" "$out/tiering.csv" "$out/tiering.png"
 "$target/release/pmo-tiering" --out "$out" "$@"
-# The plot needs matplotlib (python3-matplotlib from scripts/setup.sh).
-py=
-for cand in python3 /usr/bin/python3; do
-    if "$cand" -c 'import matplotlib' 2>/dev/null; then
-        py=$cand
-        break
-    fi
-done
+# The plot needs matplotlib.
+source "$repo/scripts/lib/matplotlib.sh"
 if [[ -z $py ]]; then
     echo "tiering.sh: no python3 with matplotlib (run scripts/setup.sh); no PNG" >&2
     exit 1

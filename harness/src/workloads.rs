@@ -128,8 +128,8 @@ pub fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
 /// FNV-1a offset basis.
 pub const FNV_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
 
-/// A SplitMix64 step: the random workload's generator (fixed seed, reproducible).
-fn splitmix(state: &mut u64) -> u64 {
+/// A SplitMix64 step: the random workloads' generator (fixed seed, reproducible).
+pub(crate) fn splitmix(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

@@ -57,6 +57,17 @@ fn budgeted(window_pages: u64, budget: u64, policy: &str) -> Arc<Pager> {
     pager
 }
 
+/// Psyncs the attachment at `off` into `store`; returns how many pages it wrote.
+fn psync_into(pager: &Pager, off: u64, store: &MemStore) -> u64 {
+    pager
+        .collect_dirty::<()>(off, |pages| {
+            store.write(pages);
+            Ok(())
+        })
+        .unwrap()
+        .unwrap()
+}
+
 /// The tier statistics once `done` holds: a fault thread may still be installing or
 /// enforcing after the toucher resumed. Gives up (and shows them) after ten seconds.
 fn settled(pager: &Pager, done: impl Fn(&TierStats) -> bool) -> TierStats {
@@ -193,13 +204,7 @@ fn racing_writers_psyncs_and_demotions_lose_nothing() {
             .collect();
         s.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
-                pager
-                    .collect_dirty::<()>(off, |pages| {
-                        store.write(pages);
-                        Ok(())
-                    })
-                    .unwrap()
-                    .unwrap();
+                psync_into(&pager, off, &store);
                 std::thread::yield_now();
             }
         });
@@ -208,13 +213,7 @@ fn racing_writers_psyncs_and_demotions_lose_nothing() {
         }
         stop.store(true, Ordering::Relaxed);
     });
-    pager
-        .collect_dirty::<()>(off, |pages| {
-            store.write(pages);
-            Ok(())
-        })
-        .unwrap()
-        .unwrap();
+    psync_into(&pager, off, &store);
     for p in 0..PAGES {
         assert_eq!(
             store.word(p),
@@ -242,13 +241,7 @@ fn pages_marked_dirty_but_unchanged_are_neither_written_nor_sealed() {
     let t = settled(&pager, |t| t.resident_pages <= 4);
     assert_eq!(t.demotions_dirty, 0, "unchanged pages are dropped: {t:?}");
     assert!(t.demotions_clean >= 11, "{t:?}");
-    let n = pager
-        .collect_dirty::<()>(off, |pages| {
-            store.write(pages);
-            Ok(())
-        })
-        .unwrap()
-        .unwrap();
+    let n = psync_into(&pager, off, &store);
     assert_eq!(n, 0, "nothing changed");
     assert!(stats.psync_unchanged.load(Ordering::Relaxed) > 0);
     set_word(base, 15, 5);
@@ -274,15 +267,7 @@ fn flipping_back_to_older_bytes_is_still_written() {
     let store = Arc::new(MemStore::default());
     let (off, _) = pager.attach(store.clone(), PAGES).unwrap();
     let base = pager.host_addr() + off;
-    let psync = || {
-        pager
-            .collect_dirty::<()>(off, |pages| {
-                store.write(pages);
-                Ok(())
-            })
-            .unwrap()
-            .unwrap()
-    };
+    let psync = || psync_into(&pager, off, &store);
     // The simple case first: A (stored), B (psynced), A again.
     set_word(base, 0, 1);
     psync();
