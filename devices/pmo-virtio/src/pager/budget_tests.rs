@@ -314,3 +314,135 @@ fn flipping_back_to_older_bytes_is_still_written() {
         );
     }
 }
+
+/// With DRAM full, `hotness` leaves predicted pages in the CXL tier (counted) and `fifo`
+/// installs them; either way every page reads back right.
+#[test]
+fn predictions_go_to_the_tier_the_policy_chooses() {
+    for (policy, into_dram) in [("hotness", false), ("fifo", true)] {
+        let pager = budgeted(64, 4, policy);
+        let store = Arc::new(MemStore::default());
+        let (off, stats) = pager.attach(store.clone(), 32).unwrap();
+        let base = pager.host_addr() + off;
+        // Fill the budget first, with no predictor.
+        for p in 20..24 {
+            assert_eq!(first_word(base, p), p);
+        }
+        let stream = pmo_policies::predictor_from_name("stream:4").unwrap();
+        pager.set_predictor(off, Some(stream)).unwrap();
+        // A fault on page 0 predicts 1..=4 (3 is held back as the trigger).
+        assert_eq!(first_word(base, 0), 0);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let done = || {
+            stats.prefetch_to_cxl.load(Ordering::Relaxed)
+                + stats.pages_prefetched.load(Ordering::Relaxed)
+                == 3
+        };
+        while !done() {
+            assert!(
+                std::time::Instant::now() < until,
+                "{policy}: predictions never ended"
+            );
+            std::thread::yield_now();
+        }
+        let (to_dram, to_cxl) = (
+            stats.pages_prefetched.load(Ordering::Relaxed),
+            stats.prefetch_to_cxl.load(Ordering::Relaxed),
+        );
+        if into_dram {
+            assert_eq!((to_dram, to_cxl), (3, 0), "{policy}");
+        } else {
+            assert_eq!((to_dram, to_cxl), (0, 3), "{policy}");
+        }
+        for p in 0..32 {
+            assert_eq!(first_word(base, p), p, "{policy}: page {p}");
+        }
+        pager.detach(off).unwrap();
+    }
+}
+
+/// Three attachments written at once share one budget: it holds (up to a page per fault
+/// thread in flight) while they run, every write reaches the store, and a detach gives its
+/// pages back.
+#[test]
+fn one_budget_holds_across_attachments() {
+    const PAGES: u64 = 48;
+    const BUDGET: u64 = 16;
+    let pager = budgeted(256, BUDGET, "hotness");
+    let attached: Vec<(u64, Arc<MemStore>, Arc<SliceStats>)> = (0..3)
+        .map(|_| {
+            let store = Arc::new(MemStore::default());
+            let (off, stats) = pager.attach(store.clone(), PAGES).unwrap();
+            (off, store, stats)
+        })
+        .collect();
+    let stop = AtomicBool::new(false);
+    let worst = AtomicU64::new(0);
+    let last: Vec<Vec<AtomicU64>> = (0..3)
+        .map(|_| (0..PAGES).map(|_| AtomicU64::new(0)).collect())
+        .collect();
+    std::thread::scope(|s| {
+        let writers: Vec<_> = attached
+            .iter()
+            .enumerate()
+            .map(|(i, (off, _, _))| {
+                let base = pager.host_addr() + off;
+                let last = &last[i];
+                s.spawn(move || {
+                    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (i as u64 + 7);
+                    for v in 1..=1500u64 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let p = x % PAGES;
+                        set_word(base, p, v);
+                        last[p as usize].store(v, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let r = pager.tier_stats().unwrap().resident_pages;
+                worst.fetch_max(r, Ordering::Relaxed);
+                std::thread::yield_now();
+            }
+        });
+        for w in writers {
+            w.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let worst = worst.load(Ordering::Relaxed);
+    assert!(worst <= BUDGET + 2, "resident reached {worst}");
+    for (i, (off, store, _)) in attached.iter().enumerate() {
+        psync_into(&pager, *off, store);
+        for p in 0..PAGES {
+            assert_eq!(
+                store.word(p),
+                last[i][p as usize].load(Ordering::Relaxed),
+                "attachment {i} page {p}"
+            );
+        }
+    }
+    // Quiet now: the VM's count is the attachments' counts, and a detach takes its share.
+    let share = |i: usize| attached[i].2.dram_pages.load(Ordering::Relaxed);
+    let before = pager.tier_stats().unwrap().resident_pages;
+    assert_eq!(before, share(0) + share(1) + share(2));
+    pager.detach(attached[1].0).unwrap();
+    assert_eq!(
+        pager.tier_stats().unwrap().resident_pages,
+        share(0) + share(2)
+    );
+    for (off, _, _) in [&attached[0], &attached[2]] {
+        pager.detach(*off).unwrap();
+    }
+    let t = pager.tier_stats().unwrap();
+    assert_eq!((t.resident_pages, t.spilled_pages), (0, 0), "{t:?}");
+}
+
+/// The first word of a page of the window: its number, as `MemStore` fills it.
+fn first_word(base: u64, page: u64) -> u64 {
+    // SAFETY: test reads of attached window pages (served by the pager).
+    unsafe { std::ptr::read_volatile((base + page * PAGE_U64) as *const u64) }
+}
