@@ -4,8 +4,9 @@
 //! Every page installed in the window counts against the budget. Above it, the placement
 //! policy (`pmo_policies`, pure and trace-tested) names the coldest resident pages and they
 //! are *demoted*: a clean page is dropped (its ciphertext is in the store, on the expander's
-//! media), a page written since the last psync is sealed into the expander's device memory
-//! ([`DeviceTier`]). The next access of a demoted page faults and *promotes* it: from device
+//! media), and so is a page marked dirty that still holds what the store has (see
+//! `digests.rs`); a page changed since the last psync is sealed into the expander's device
+//! memory ([`DeviceTier`]). The next access of a demoted page faults and *promotes* it: from device
 //! memory for a dirty page (it stays dirty), from the store for a clean one.
 //!
 //! Invariants, each kept under the slice's tier lock (`Slice::spilled`):
