@@ -181,6 +181,8 @@ fn nonblocking_detach_is_waited_for_at_the_next_attach_as_stall() {
     let (a, len) = h.attach("obj", true, Some(256 * P)).unwrap();
     for p in 0..256 {
         bytes(a, len)[p * P] = p as u8;
+        // Every page changes (page 0's first byte stays 0): sync writes only changed pages.
+        bytes(a, len)[p * P + 1] = 1;
     }
     assert_eq!(h.sync(a).unwrap(), 256);
     h.detach(a).unwrap();
