@@ -57,6 +57,14 @@ fn budgeted(window_pages: u64, budget: u64, policy: &str) -> Arc<Pager> {
     pager
 }
 
+/// One xorshift64 step: the writers' page choices, deterministic per thread.
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
 /// Psyncs the attachment at `off` into `store`; returns how many pages it wrote.
 fn psync_into(pager: &Pager, off: u64, store: &MemStore) -> u64 {
     pager
@@ -188,9 +196,7 @@ fn racing_writers_psyncs_and_demotions_lose_nothing() {
                 s.spawn(move || {
                     let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1);
                     for i in 1..=4000u64 {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
+                        let x = xorshift(&mut x);
                         // Thread t owns the pages with p % 2 == t; 90 % of its writes go
                         // to 4 of them.
                         let p = if x % 10 < 9 { x % 8 } else { x % PAGES };
@@ -283,9 +289,7 @@ fn flipping_back_to_older_bytes_is_still_written() {
                 s.spawn(move || {
                     let mut x = 0x2545_f491_4f6c_dd1du64 ^ (t + 1);
                     for _ in 0..4000 {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
+                        let x = xorshift(&mut x);
                         let p = ((x % PAGES) & !1) | t;
                         let v = (x >> 32) & 1;
                         set_word(base, p, v);
@@ -391,9 +395,7 @@ fn one_budget_holds_across_attachments() {
                 s.spawn(move || {
                     let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (i as u64 + 7);
                     for v in 1..=1500u64 {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
+                        let x = xorshift(&mut x);
                         let p = x % PAGES;
                         set_word(base, p, v);
                         last[p as usize].store(v, Ordering::Relaxed);
