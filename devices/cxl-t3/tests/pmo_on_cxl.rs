@@ -126,3 +126,188 @@ fn each_pmo_extent_has_its_own_range_key_and_the_media_holds_no_plaintext() {
     }
     let _ = std::fs::remove_file(&path);
 }
+
+/// Writes `bytes` at `off` of the media file, as a keyless editor does between or during runs
+/// (the expander's `flock` is advisory; the editor ignores it).
+fn edit_media(path: &Path, off: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(bytes, off).unwrap();
+    f.sync_all().unwrap();
+}
+
+fn read_media(path: &Path, off: u64, len: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path).unwrap();
+    let mut v = vec![0u8; len];
+    f.read_exact_at(&mut v, off).unwrap();
+    v
+}
+
+/// Media header before DPA 0 (docs/cxl-media.md).
+const MEDIA_HEADER: u64 = 4096;
+
+fn design_c_store(x: &Arc<Expander>, master: &[u8]) -> Store {
+    let m = CxlMedium::new(x.clone()).with_keyring(ExtentKeyring::new(master).unwrap());
+    Store::create(
+        Arc::new(m),
+        StoreOptions {
+            slots: Some(16),
+            kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// LPMO's design C on the expander: no software cipher (`tee-blake3`), the range key is the
+/// only encryption and the CPU checks each page's keyed tag. The media never holds its
+/// plaintext; a keyless editor who flips a byte of a page on the media, or puts back an older
+/// copy of it, has the next attach refused (the whole PMO is checked there, naming the page);
+/// a session of design `cl` on the same PMO attaches and refuses exactly that page at its
+/// fault; and media edited while a `c` session runs is refused at the fault that reads it.
+#[test]
+fn design_c_keeps_plaintext_off_the_media_and_refuses_tampering_at_attach() {
+    use pmo_store::crypto::Suite;
+    use pmo_store::{CreateOptions, Design};
+    let path = tmp("design-c");
+    let marker = b"DESIGN-C-MARKER-0123456789abcdef";
+    let (v1, v2) = (page_with(marker), page_with(b"second version of the page, v2.."));
+    let k = UserKey::new(b"tenant key").unwrap();
+    let master = [0x42u8; 32];
+    let np = 8u64;
+    let (ext, old_page3) = {
+        let x = open(&path);
+        let s = design_c_store(&x, &master);
+        let opts = CreateOptions {
+            design: Design::C,
+            suite: Design::C.default_suite(),
+            kdf: None,
+        };
+        s.create_pmo_with("c", np * PAGE as u64, &k, opts).unwrap();
+        let info = s.list().remove(0);
+        assert_eq!((info.design, info.suite), (Design::C, Suite::TeeBlake3));
+        let w = s.attach("c", Perm::Write, &k).unwrap();
+        assert_eq!(w.design(), Design::C);
+        w.psync((0..np).map(|p| (p, &v1))).unwrap();
+        w.detach().wait().unwrap();
+        x.flush().unwrap();
+        let old = read_media(&path, MEDIA_HEADER + info.extent.0 + 3 * PAGE as u64, PAGE);
+        let w = s.attach("c", Perm::Write, &k).unwrap();
+        w.psync([(3, &v2)]).unwrap();
+        w.detach().wait().unwrap();
+        drop(s);
+        x.shutdown().unwrap();
+        (info.extent.0, old)
+    };
+    let media = std::fs::read(&path).unwrap();
+    assert_eq!(count(&media, marker), 0, "plaintext of a design-c PMO on the media");
+    let page_at = |p: u64| MEDIA_HEADER + ext + p * PAGE as u64;
+    let genuine3 = read_media(&path, page_at(3), PAGE);
+    assert_ne!(genuine3, old_page3, "the range key changed the bytes of page 3");
+
+    let reopen = || {
+        let x = open(&path);
+        let m = CxlMedium::new(x.clone()).with_keyring(ExtentKeyring::new(&master).unwrap());
+        let (s, _) = Store::open(Arc::new(m)).unwrap();
+        (x, s)
+    };
+    // Untouched: reads back.
+    {
+        let (x, s) = reopen();
+        let r = s.attach("c", Perm::Read, &k).unwrap();
+        let mut out = [0u8; PAGE];
+        r.fault(3, &mut out).unwrap();
+        assert_eq!(out, v2);
+        r.fault(5, &mut out).unwrap();
+        assert_eq!(out, v1);
+        drop(r);
+        drop(s);
+        x.shutdown().unwrap();
+    }
+    // A flipped byte, then an older copy of the page: the attach is refused, naming page 3.
+    let mut flipped = genuine3.clone();
+    flipped[77] ^= 0x10;
+    for (what, bytes) in [("flipped byte", &flipped), ("rolled back page", &old_page3)] {
+        edit_media(&path, page_at(3), bytes);
+        let (x, s) = reopen();
+        match s.attach("c", Perm::Read, &k) {
+            Err(StoreError::Integrity { page: 3 }) => {}
+            Err(e) => panic!("{what}: unexpected error {e}"),
+            Ok(_) => panic!("{what}: design c attached a tampered PMO"),
+        }
+        // Design cl checks at each fault instead: the other pages serve, page 3 is refused.
+        let r = s.attach_with("c", Perm::Read, &k, Some(Design::Cl)).unwrap();
+        let mut out = [0u8; PAGE];
+        r.fault(5, &mut out).unwrap();
+        assert_eq!(out, v1);
+        assert!(matches!(
+            r.fault(3, &mut out),
+            Err(StoreError::Integrity { page: 3 })
+        ));
+        assert_eq!(out, [0u8; PAGE], "{what}: a refused page leaves no bytes");
+        drop(r);
+        drop(s);
+        x.shutdown().unwrap();
+    }
+    edit_media(&path, page_at(3), &genuine3);
+    // Edited during a `c` session: the attach-time check passed, the fault that reads the
+    // edited page from the media refuses it. The device cache holds the page after the check,
+    // so evict it first by reading more than the cache through the expander.
+    {
+        let (x, s) = reopen();
+        let r = s.attach("c", Perm::Read, &k).unwrap();
+        edit_media(&path, page_at(6), &flipped);
+        let mut buf = vec![0u8; 2 << 20];
+        x.read(SIZE - buf.len() as u64, &mut buf).unwrap();
+        let mut out = [0u8; PAGE];
+        r.fault(5, &mut out).unwrap();
+        assert_eq!(out, v1);
+        assert!(matches!(
+            r.fault(6, &mut out),
+            Err(StoreError::Integrity { page: 6 })
+        ));
+        drop(r);
+        drop(s);
+        x.shutdown().unwrap();
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+/// The CXL designs need the extent under a range key: an expander medium without the keyring
+/// encrypts nothing, and the store refuses them there as it does on a file.
+#[test]
+fn cxl_designs_are_refused_on_an_unkeyed_expander() {
+    use pmo_store::{CreateOptions, Design};
+    let path = tmp("unkeyed");
+    let x = open(&path);
+    let s = Store::create(
+        Arc::new(CxlMedium::new(x.clone())),
+        StoreOptions {
+            slots: Some(16),
+            kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let k = UserKey::new(b"tenant key").unwrap();
+    for design in [Design::C, Design::Cl] {
+        let opts = CreateOptions {
+            design,
+            suite: design.default_suite(),
+            kdf: None,
+        };
+        assert!(matches!(
+            s.create_pmo_with("c", 4 * PAGE as u64, &k, opts),
+            Err(StoreError::NeedsRangeEncryption { .. })
+        ));
+    }
+    s.create_pmo("d", 4 * PAGE as u64, &k).unwrap();
+    assert!(matches!(
+        s.attach_with("d", Perm::Read, &k, Some(Design::C)),
+        Err(StoreError::NeedsRangeEncryption { .. })
+    ));
+    drop(s);
+    x.shutdown().unwrap();
+    let _ = std::fs::remove_file(&path);
+}

@@ -188,7 +188,7 @@ fn attach_detach(c: &mut Criterion) {
         let (s, path) = store_with(4 << 30, &format!("ad-{label}"));
         s.create_pmo("f", size, &k).unwrap();
         fill(&s, "f", npages);
-        for design in Design::ALL {
+        for design in Design::ON_ANY_MEDIUM {
             // One session as the papers measure it: attach, fault one page, psync it, detach.
             g.bench_function(BenchmarkId::new(design.name(), label), |b| {
                 b.iter(|| {

@@ -11,6 +11,8 @@
 //! | `bp-ip`, `bp-id` | key check | decrypt + verify one page (DP, CPF) | encrypt dirty pages into journal area (P), commit, copy (CP) | re-encrypt every touched page (EPP, CPP), scrub journal area (DS) |
 //! | `sp-ip`, `sp-id` | key check | decrypt + verify one page (DP) | encrypt dirty pages into journal area (P/EPP), commit, copy | scrub journal area (DS) |
 //! | `d` (LPMO) | key check | decrypt + verify into the window (Dc) | encrypt dirty pages into journal area (EP), commit, copy (TC) | scrub journal area (DT) |
+//! | `cl` (LPMO CL) | key check | verify into the window (the expander's range key decrypted it) | as `d` | as `d` |
+//! | `c` (LPMO C) | key check + verify every page | verify into the window | as `d` | as `d` |
 //!
 //! The `id` variants defer the per-page tag (the paper's checksum) from psync to detach (UC):
 //! psync encrypts and commits pages with a zero tag (their version is still covered by the tree),
@@ -19,6 +21,14 @@
 //! (which has the key) runs the crash handler: tags are computed from the ciphertext on the medium,
 //! which trusts the medium for those pages in that window, as the paper does. With the `aes-gcm`
 //! suite the tag cannot be separated from encryption, so `id` behaves as `ip`. See docs/store.md.
+//!
+//! `c` and `cl` are LPMO's CXL designs (seed 000 section 5.1): the PMO's extent lies in a TEE
+//! range of the CXL expander, whose range key is the only encryption (suite `tee-blake3`, their
+//! default) and the CPU checks each page's keyed tag. They are refused on a medium that does not
+//! encrypt the extent. `c` checks the whole PMO at attach (LPMO 5.2.2), so a tampered page
+//! refuses the attach instead of surfacing at some later access; its faults check each page
+//! again, so media changed during the attachment is refused where it is read. What `c` does not
+//! do here is LPMO's mapping of the expander's memory into the guest; see docs/cxl-media.md.
 
 /// A PMO design (names from the seeds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -35,11 +45,28 @@ pub enum Design {
     SpId,
     /// LPMO: DRAM shadow + temporary shadow copy.
     D,
+    /// LPMO CL: as `d`, the PMO on range-encrypted CXL media.
+    Cl,
+    /// LPMO C: as `cl`, and the whole PMO checked at attach.
+    C,
 }
 
 impl Design {
     /// Every design, for tests and benches.
-    pub const ALL: [Design; 6] = [
+    pub const ALL: [Design; 8] = [
+        Design::Wedi,
+        Design::BpIp,
+        Design::BpId,
+        Design::SpIp,
+        Design::SpId,
+        Design::D,
+        Design::Cl,
+        Design::C,
+    ];
+
+    /// The designs that run on any medium (every one but the CXL designs, which need an
+    /// extent the medium encrypts: [`Design::needs_range_encryption`]).
+    pub const ON_ANY_MEDIUM: [Design; 6] = [
         Design::Wedi,
         Design::BpIp,
         Design::BpId,
@@ -57,6 +84,8 @@ impl Design {
             Design::SpIp => 4,
             Design::SpId => 5,
             Design::D => 6,
+            Design::Cl => 7,
+            Design::C => 8,
         }
     }
     /// Parses the on-media code.
@@ -72,6 +101,8 @@ impl Design {
             Design::SpIp => "sp-ip",
             Design::SpId => "sp-id",
             Design::D => "d",
+            Design::Cl => "cl",
+            Design::C => "c",
         }
     }
     /// Parses a name.
@@ -85,6 +116,23 @@ impl Design {
     /// Checksums (tags) are updated at detach instead of psync (LOaPP Id).
     pub fn defers_checksum(self) -> bool {
         matches!(self, Design::BpId | Design::SpId)
+    }
+    /// The PMO must lie on an extent the medium encrypts itself (the CXL designs).
+    pub fn needs_range_encryption(self) -> bool {
+        matches!(self, Design::C | Design::Cl)
+    }
+    /// The suite of PMOs created with this design: the CXL designs leave encryption to the
+    /// expander's range key.
+    pub fn default_suite(self) -> crate::crypto::Suite {
+        if self.needs_range_encryption() {
+            crate::crypto::Suite::TeeBlake3
+        } else {
+            crate::crypto::Suite::XtsBlake3
+        }
+    }
+    /// Every page is verified when a session starts (LPMO C's integrity check at attach).
+    pub fn verifies_at_attach(self) -> bool {
+        self == Design::C
     }
     /// Touched pages are re-encrypted at detach (BP's EPP/CPP).
     pub fn reencrypt_touched_at_detach(self) -> bool {

@@ -79,6 +79,14 @@ pub enum StoreError {
         /// PMO size.
         size: u64,
     },
+    /// A design or suite that leaves encryption to the medium, on an extent it does not encrypt.
+    #[error("PMO {name:?}: {what} needs a medium that encrypts its extent (a PMO store on a CXL expander with --pmo-master-key)")]
+    NeedsRangeEncryption {
+        /// PMO name.
+        name: String,
+        /// The design or suite, e.g. "design c" or "suite tee-blake3".
+        what: String,
+    },
     /// A background detach thread could not be started or died.
     #[error("detach worker failed")]
     Worker,

@@ -219,6 +219,12 @@ impl Store {
             }
             // Key the range (on a medium with inline encryption) before anything is written.
             self.inner.medium.extent_in_use(slot, ext_off, ext_len)?;
+            require_range_encryption(
+                &*self.inner.medium,
+                (name, slot, ext_off, ext_len),
+                opts.design,
+                opts.suite,
+            )?;
             // The free space may hold a destroyed PMO's bytes or a crashed create's: scrub the
             // tree region (a zero tree is the valid empty tree). Primaries and journal area are never
             // read before being written under this PMO's keys.
@@ -440,5 +446,31 @@ impl Store {
     /// [`Store::fsck`] reporting (done, total) PMOs.
     pub fn fsck_with_progress(&self, progress: &mut dyn FnMut(u64, u64)) -> FsckReport {
         recovery::fsck(self, progress)
+    }
+}
+
+/// Refuses a design or suite that leaves encryption to the medium (the CXL designs,
+/// `tee-blake3`) unless the medium encrypts the PMO's extent `(name, slot, offset, length)`
+/// itself: without a range key such pages would reach the media as plaintext.
+pub(crate) fn require_range_encryption(
+    medium: &dyn crate::medium::Medium,
+    (name, slot, off, len): (&str, u32, u64, u64),
+    design: Design,
+    suite: crate::crypto::Suite,
+) -> Result<(), StoreError> {
+    let what = if design.needs_range_encryption() {
+        format!("design {}", design.name())
+    } else if suite.needs_range_encryption() {
+        format!("suite {}", suite.name())
+    } else {
+        return Ok(());
+    };
+    if medium.extent_encrypted(slot, off, len) {
+        Ok(())
+    } else {
+        Err(StoreError::NeedsRangeEncryption {
+            name: name.to_string(),
+            what,
+        })
     }
 }

@@ -79,7 +79,7 @@ fn attach_err(m: &CrashMedium) -> StoreError {
 fn downgrading_the_suite_with_a_recomputed_checksum_is_refused() {
     let (m, s) = one_pmo(Suite::XtsBlake3);
     let clean = m.snapshot();
-    for to in [Suite::Paper, Suite::AesGcm] {
+    for to in [Suite::Paper, Suite::AesGcm, Suite::TeeBlake3] {
         m.tamper(0, &clean);
         edit_record(&m, &s, |r| r.keys.suite = to);
         assert!(
@@ -128,6 +128,58 @@ fn downgrading_the_suite_with_a_recomputed_checksum_is_refused() {
         s2.attach("p", Perm::Read, &key("k")),
         Err(StoreError::NotFound(_))
     ));
+}
+
+/// The CXL designs and `tee-blake3` store pages with no software cipher, for the expander's
+/// range key to encrypt. On a medium that encrypts nothing (a store file) they would put
+/// plaintext on disk: they are refused at create, at attach (also as a session's design
+/// override of a PMO made otherwise), and a keyless edit that turns a PMO's suite or design
+/// into one of them breaks the record MAC.
+#[test]
+fn pages_without_a_software_cipher_never_reach_a_medium_that_does_not_encrypt() {
+    let (m, s) = one_pmo(Suite::XtsBlake3);
+    let before = m.snapshot();
+    for (design, suite) in [
+        (Design::D, Suite::TeeBlake3),
+        (Design::C, Suite::TeeBlake3),
+        (Design::Cl, Suite::TeeBlake3),
+        (Design::C, Suite::XtsBlake3),
+        (Design::Cl, Suite::XtsBlake3),
+    ] {
+        let opts = CreateOptions {
+            design,
+            suite,
+            kdf: None,
+        };
+        let e = s
+            .create_pmo_with("q", NP * PAGE as u64, &key("k"), opts)
+            .unwrap_err();
+        assert!(
+            matches!(e, StoreError::NeedsRangeEncryption { .. }),
+            "{design:?} {suite:?}: {e}"
+        );
+        assert!(e.to_string().contains("encrypts its extent"), "{e}");
+    }
+    assert_eq!(s.list().len(), 1, "a refused create leaves nothing");
+    for design in [Design::C, Design::Cl] {
+        let e = s
+            .attach_with("p", Perm::Write, &key("k"), Some(design))
+            .err()
+            .unwrap();
+        assert!(matches!(e, StoreError::NeedsRangeEncryption { .. }), "{e}");
+    }
+    // The refused attaches released the PMO and wrote nothing.
+    drop(s.attach("p", Perm::Write, &key("k")).unwrap());
+    let (_m, s2, _) = reopen(before.clone());
+    assert!(s2.attach("p", Perm::Read, &key("k")).is_ok());
+    for design in [Design::C, Design::Cl] {
+        m.tamper(0, &before);
+        edit_record(&m, &s, |r| r.design = design);
+        assert!(
+            matches!(attach_err(&m), StoreError::Corrupt { ref why, .. } if why == "record MAC"),
+            "{design:?}"
+        );
+    }
 }
 
 /// Defect 1, every other field: each edit of a field that decides how pages are encrypted or

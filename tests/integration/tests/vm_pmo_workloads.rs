@@ -27,7 +27,7 @@ const WORKLOADS: [&str; 4] = ["2dconv", "gauss", "lu", "tmm"];
 /// Side of gauss, lu and tmm (the scenario's default), and where the partial run stops.
 const N: u64 = 64;
 const STOP: u64 = 24;
-/// The designs the device knows (`Design::ALL`), as the guest names them.
+/// The designs a file store takes (`Design::ON_ANY_MEDIUM`), as the guest names them.
 const DESIGNS: [&str; 6] = ["wedi", "bp-ip", "bp-id", "sp-ip", "sp-id", "d"];
 /// Where the partial run under `sp-id` stops.
 const DESIGN_STOP: u64 = 20;

@@ -322,6 +322,12 @@ fn pmo_config(
     if let Some(anchor) = &anchor {
         check_parent_dir("PMO anchor", anchor)?;
     }
+    if let Some(d) = design {
+        let cxl_design = pmo_store::Design::from_name(d).is_some_and(|d| d.needs_range_encryption());
+        if cxl_design && on_cxl.is_none() {
+            return Err(ConfigError::PmoDesignWithoutCxl(d.to_string()));
+        }
+    }
     let dram_budget = match dram {
         Some(text) => {
             if on_cxl.is_none() {

@@ -916,3 +916,41 @@ fn pmo_dram_budget_needs_an_expander_store_and_whole_pages() {
     let e = VmConfig::from_args(&args(&["--kernel", &k, "--pmo-dram", "16M"])).unwrap_err();
     assert!(matches!(e, ConfigError::PmoWithoutStore), "{e}");
 }
+
+#[test]
+fn cxl_designs_need_a_store_on_an_expander() {
+    let s = Scratch::new("cxl-design");
+    let k = s.arg("bzImage");
+    s.file("master", 32);
+    let store = s.arg("s.img");
+    for d in ["c", "cl"] {
+        let e = VmConfig::from_args(&args(&[
+            "--kernel",
+            &k,
+            "--pmo-store",
+            &format!("{store},64M"),
+            "--pmo-design",
+            d,
+        ]))
+        .unwrap_err();
+        assert!(matches!(e, ConfigError::PmoDesignWithoutCxl(_)), "{e}");
+        assert!(e.to_string().contains("--pmo-store cxl=NAME"), "{e}");
+    }
+    let private = format!("media={},size=256M,id=s,guest=off", s.arg("m.img"));
+    for d in ["c", "cl", "d"] {
+        let cfg = VmConfig::from_args(&args(&[
+            "--kernel",
+            &k,
+            "--cxl-t3",
+            &private,
+            "--pmo-store",
+            "cxl=s",
+            "--pmo-master-key",
+            &s.arg("master"),
+            "--pmo-design",
+            d,
+        ]))
+        .unwrap();
+        assert_eq!(cfg.pmo.unwrap().design.as_deref(), Some(d));
+    }
+}

@@ -141,6 +141,16 @@ impl Medium for CxlMedium {
             .map_err(|e| to_medium("cxl key extent", e))
     }
 
+    fn extent_encrypted(&self, slot: u32, off: u64, len: u64) -> bool {
+        let (Ok(id), Some(_)) = (range_id(slot), &self.keys) else {
+            return false;
+        };
+        let Some(end) = off.checked_add(len).filter(|e| *e <= self.len) else {
+            return false;
+        };
+        self.exp.range_key(id) == Some((self.base + off, self.base + end))
+    }
+
     fn extent_released(&self, slot: u32) -> Result<(), MediumError> {
         if self.keys.is_none() {
             return Ok(());

@@ -14,6 +14,11 @@
 //!   version), AAD = (uid, page, version, generation).
 //! - [`Suite::Paper`]: what the authors' kernel does: AES-XTS-256 with one per-PMO tweak for every
 //!   page and an unkeyed SHA-256 of the ciphertext. Kept only so benches and tests can compare.
+//! - [`Suite::TeeBlake3`]: no software cipher: the PMO's extent lies in a TEE range of the CXL
+//!   expander, whose AES-XTS range key encrypts it on its way to the media (LPMO's CXL designs,
+//!   seed 000 section 5.2); the CPU checks integrity with the same keyed BLAKE3 tag as
+//!   `xts-blake3`, over the plaintext. The store refuses it on any extent the medium does not
+//!   encrypt ([`crate::medium::Medium::extent_encrypted`]), at create and at every attach.
 //! - `XtsNoMacBench`: **benchmark only, no page integrity**, compiled only with the
 //!   `bench-nomac` feature, which only the design-comparison harness enables: `xts-blake3`'s
 //!   encryption with an all-zero tag that is never checked. A product build cannot decode it
@@ -85,6 +90,9 @@ pub enum Suite {
     Paper,
     /// AES-256-GCM with a (page, version) nonce.
     AesGcm,
+    /// No page cipher (the medium's TEE range key encrypts the extent) + keyed BLAKE3 MAC.
+    /// Only on range-encrypted extents.
+    TeeBlake3,
     /// Benchmark only: XTS encryption as `XtsBlake3` but no page MAC (all-zero tags, never
     /// checked), to measure the designs "without integrity". Offers no tamper detection.
     #[cfg(feature = "bench-nomac")]
@@ -97,6 +105,7 @@ impl Suite {
         Suite::XtsBlake3,
         Suite::Paper,
         Suite::AesGcm,
+        Suite::TeeBlake3,
         #[cfg(feature = "bench-nomac")]
         Suite::XtsNoMacBench,
     ];
@@ -109,6 +118,7 @@ impl Suite {
             Suite::AesGcm => 3,
             #[cfg(feature = "bench-nomac")]
             Suite::XtsNoMacBench => 4,
+            Suite::TeeBlake3 => 5,
         }
     }
     /// Parses the on-media number. Code 4 (the no-MAC benchmark suite) is unknown unless this
@@ -126,9 +136,15 @@ impl Suite {
             Suite::XtsBlake3 => "xts-blake3",
             Suite::Paper => "paper",
             Suite::AesGcm => "aes-gcm",
+            Suite::TeeBlake3 => "tee-blake3",
             #[cfg(feature = "bench-nomac")]
             Suite::XtsNoMacBench => "xts-nomac-bench",
         }
+    }
+    /// True when pages are stored as plaintext for the medium to encrypt: such a PMO may only
+    /// live on an extent the medium encrypts itself.
+    pub fn needs_range_encryption(self) -> bool {
+        self == Suite::TeeBlake3
     }
     /// Parses a command-line name.
     pub fn from_name(s: &str) -> Result<Self, CryptoError> {

@@ -84,6 +84,8 @@ impl KeyParams {
 enum PageCipher {
     Xts(XtsCipher),
     Gcm(ring::aead::LessSafeKey),
+    /// `tee-blake3`: pages leave in plaintext for the medium's range key; only the tag.
+    RangeKeyed,
 }
 
 /// All keys of one PMO, derived from a user key. Secrets zeroize on drop; nothing here prints
@@ -196,6 +198,7 @@ impl PmoKeys {
         info[0] = self.params.suite.code();
         info[1..].copy_from_slice(gen);
         let c = match self.params.suite {
+            Suite::TeeBlake3 => PageCipher::RangeKeyed,
             Suite::AesGcm => {
                 let mut k = Zeroizing::new([0u8; 32]);
                 expand(&hk, &info, &mut k[..])?;
@@ -275,6 +278,7 @@ impl PmoKeys {
     pub fn encrypt_page(&self, id: PageId, data: &mut [u8; PAGE]) -> Result<(), CryptoError> {
         match &*self.cipher(&id.gen)? {
             PageCipher::Xts(x) => Ok(x.encrypt(self.tweak(&id), data)?),
+            PageCipher::RangeKeyed => Ok(()),
             PageCipher::Gcm(_) => Err(CryptoError::Aead),
         }
     }
@@ -295,6 +299,7 @@ impl PmoKeys {
                 x.encrypt(self.tweak(&id), data)?;
                 Ok(self.mac(&id, data))
             }
+            PageCipher::RangeKeyed => Ok(self.mac(&id, data)),
             PageCipher::Gcm(k) => {
                 let tag = k
                     .seal_in_place_separate_tag(
@@ -332,6 +337,13 @@ impl PmoKeys {
                     return Err(CryptoError::BadTag);
                 }
                 x.decrypt(self.tweak(&id), data)?;
+                Ok(())
+            }
+            PageCipher::RangeKeyed => {
+                if !bool::from(self.mac(&id, data).ct_eq(tag)) {
+                    wipe(data);
+                    return Err(CryptoError::BadTag);
+                }
                 Ok(())
             }
             PageCipher::Gcm(k) => {
@@ -396,7 +408,8 @@ mod tests {
             let id = id(&k, 3, 9, 1);
             let mut page = [0x5au8; PAGE];
             let tag = k.seal_page(id, &mut page).unwrap();
-            assert_ne!(page, [0x5au8; PAGE]);
+            // Only `tee-blake3` leaves the page as it is, for the medium's range key.
+            assert_eq!(page == [0x5au8; PAGE], *s == Suite::TeeBlake3, "{s:?}");
             k.open_page(id, &mut page, &tag).unwrap();
             assert_eq!(page, [0x5au8; PAGE]);
         }
@@ -429,7 +442,7 @@ mod tests {
 
     #[test]
     fn failed_open_leaves_no_plaintext_and_binds_identity() {
-        for s in [Suite::XtsBlake3, Suite::AesGcm] {
+        for s in [Suite::XtsBlake3, Suite::AesGcm, Suite::TeeBlake3] {
             let k = keys(s);
             let id = id(&k, 1, 2, 7);
             let mut page = [0x11u8; PAGE];
@@ -451,6 +464,13 @@ mod tests {
             p3[100] ^= 1;
             assert_eq!(k.open_page(id, &mut p3, &tag), Err(CryptoError::BadTag));
             assert!(!p3.contains(&0x11));
+            // A tag of another PMO (another key) does not open it either.
+            let mut p4 = page;
+            let other = keys_with(s, b"another key");
+            assert_eq!(
+                other.open_page(id, &mut p4, &tag),
+                Err(CryptoError::BadTag)
+            );
         }
     }
 

@@ -66,6 +66,9 @@ impl<M: Medium> Medium for KillInPsync<M> {
     fn extent_in_use(&self, slot: u32, off: u64, len: u64) -> Result<(), MediumError> {
         self.inner.extent_in_use(slot, off, len)
     }
+    fn extent_encrypted(&self, slot: u32, off: u64, len: u64) -> bool {
+        self.inner.extent_encrypted(slot, off, len)
+    }
     fn extent_released(&self, slot: u32) -> Result<(), MediumError> {
         self.inner.extent_released(slot)
     }

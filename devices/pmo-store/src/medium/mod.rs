@@ -93,6 +93,12 @@ pub trait Medium: Send + Sync {
     fn extent_released(&self, _slot: u32) -> Result<(), MediumError> {
         Ok(())
     }
+    /// True only when the medium itself encrypts every byte of the extent `[off, off+len)` of
+    /// slot `slot` before it reaches persistent media (a keyed TEE range covering exactly that
+    /// extent). A PMO whose pages carry no software cipher (`tee-blake3`) may live only there.
+    fn extent_encrypted(&self, _slot: u32, _off: u64, _len: u64) -> bool {
+        false
+    }
 }
 
 /// Validates an access against the medium length without overflow.
@@ -127,5 +133,8 @@ impl<M: Medium + ?Sized> Medium for std::sync::Arc<M> {
     }
     fn extent_released(&self, slot: u32) -> Result<(), MediumError> {
         (**self).extent_released(slot)
+    }
+    fn extent_encrypted(&self, slot: u32, off: u64, len: u64) -> bool {
+        (**self).extent_encrypted(slot, off, len)
     }
 }

@@ -125,6 +125,12 @@ impl Session {
         }
         let root = r.root;
         let design = design.unwrap_or(r.design);
+        crate::store::require_range_encryption(
+            &*store.medium,
+            (&pmo.name, pmo.slot, r.ext_off, r.ext_len),
+            design,
+            r.keys.suite,
+        )?;
         let mut attachment = Attachment {
             store,
             pmo,
@@ -157,6 +163,13 @@ impl Session {
             }
         }
         drop(cell);
+        if design.verifies_at_attach() {
+            // LPMO C: the CPU checks the whole PMO before the guest may use any of it.
+            if let Err(e) = attachment.verify_every_page(&BTreeMap::new()) {
+                attachment.mark_detached_after_failure();
+                return Err(e);
+            }
+        }
         if design.whole() {
             // WEDI: decrypt and verify the whole PMO now.
             let n = attachment.pmo.npages as usize;

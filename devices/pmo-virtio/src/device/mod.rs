@@ -28,7 +28,7 @@ use crate::proto::{self, Request, Status};
 use crate::source::SessionSource;
 use pmo_store::crypto::{UserKey, PAGE};
 use pmo_store::medium::{FileMedium, KillInPsync, Medium};
-use pmo_store::{Design, Perm, Store, StoreError, StoreOptions};
+use pmo_store::{CreateOptions, Design, Perm, Store, StoreError, StoreOptions};
 
 const QUEUE_SIZE: u16 = 128;
 const CONTROL_QUEUE: u16 = 0;

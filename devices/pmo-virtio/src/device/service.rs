@@ -131,7 +131,8 @@ fn store_status(e: &StoreError) -> Status {
         StoreError::NameTooLong(_) => Status::NameTooLong,
         StoreError::InvalidName(_)
         | StoreError::InvalidSize(_)
-        | StoreError::PageOutOfRange { .. } => Status::Inval,
+        | StoreError::PageOutOfRange { .. }
+        | StoreError::NeedsRangeEncryption { .. } => Status::Inval,
         StoreError::Integrity { .. } | StoreError::Corrupt { .. } => Status::BadMsg,
         StoreError::ReadOnly => Status::Perm,
         StoreError::TableFull | StoreError::Alloc(_) => Status::NoSpc,
@@ -242,8 +243,16 @@ impl PmoService {
                 if size == 0 || !size.is_multiple_of(PAGE as u64) {
                     return Err(Status::Inval);
                 }
+                // A PMO made while a CXL design is chosen gets its suite (the range key as
+                // the only cipher); the store refuses it where the medium encrypts nothing.
+                let design = self.design.locked().unwrap_or(Design::D);
+                let opts = CreateOptions {
+                    design,
+                    suite: design.default_suite(),
+                    kdf: None,
+                };
                 self.store
-                    .create_pmo(&name, size, &key(&k)?)
+                    .create_pmo_with(&name, size, &key(&k)?, opts)
                     .map_err(|e| store_status(&e))?;
                 Ok(Vec::new())
             }

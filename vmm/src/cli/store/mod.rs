@@ -39,10 +39,10 @@ pub enum StoreCliError {
     #[error(transparent)]
     Size(#[from] SizeError),
     /// Unknown design name.
-    #[error("unknown design {0:?} (wedi, bp-ip, bp-id, sp-ip, sp-id, d)")]
+    #[error("unknown design {0:?} (wedi, bp-ip, bp-id, sp-ip, sp-id, d, cl, c)")]
     BadDesign(String),
     /// Unknown suite name.
-    #[error("unknown suite {0:?} (xts-blake3, paper, aes-gcm)")]
+    #[error("unknown suite {0:?} (xts-blake3, paper, aes-gcm, tee-blake3)")]
     BadSuite(String),
     /// Unknown range cipher name.
     #[error("unknown cipher {0:?} (xts-256, xts-128)")]
@@ -131,12 +131,15 @@ pub enum StoreCommand {
         /// Where the PMO's key comes from.
         #[command(flatten)]
         key: KeyArg,
-        /// Default design of its attach sessions: wedi, bp-ip, bp-id, sp-ip, sp-id, d.
+        /// Default design of its attach sessions: wedi, bp-ip, bp-id, sp-ip, sp-id, d; on an
+        /// expander also cl and c (LPMO's CXL designs).
         #[arg(long, default_value = "d")]
         design: String,
-        /// Page cipher and tag: xts-blake3, paper, aes-gcm.
-        #[arg(long, default_value = "xts-blake3")]
-        suite: String,
+        /// Page cipher and tag: xts-blake3, paper, aes-gcm; tee-blake3 (no software cipher,
+        /// the expander's range key encrypts) only on an expander [default: tee-blake3 for
+        /// designs cl and c, else xts-blake3].
+        #[arg(long)]
+        suite: Option<String>,
         /// Argon2id cost of the key derivation: m=SIZE,t=PASSES,p=LANES or fast
         /// [default: m=64M,t=3,p=1].
         #[arg(long, value_name = "m=SIZE,t=N,p=N|fast")]
@@ -211,9 +214,13 @@ pub fn run(cmd: StoreCommand) -> Result<(), StoreCliError> {
             kdf,
             access,
         } => {
+            let design = parse_design(&design)?;
             let opts = CreateOptions {
-                design: parse_design(&design)?,
-                suite: parse_suite(&suite)?,
+                design,
+                suite: match suite {
+                    Some(s) => parse_suite(&s)?,
+                    None => design.default_suite(),
+                },
                 kdf: Some(match kdf {
                     Some(k) => {
                         KdfParams::parse(&k).map_err(|e| StoreCliError::Kdf(e.to_string()))?
@@ -694,23 +701,38 @@ mod tests {
             ..CreateOptions::default()
         };
         pmo_create(sf, "ledger", 1 << 20, &key, fast, &mut out).unwrap();
+        // LPMO's design C: no software cipher, the range key alone keeps it off the media.
+        let design_c = CreateOptions {
+            design: Design::C,
+            suite: Design::C.default_suite(),
+            ..fast
+        };
+        pmo_create(sf, "cpmo", 1 << 20, &key, design_c, &mut out).unwrap();
         let marker = *b"PLAINTEXT-MARKER-ON-CXL-0123456789";
         {
             let (open, _) = open_store(sf).unwrap();
-            let w = open
-                .store
-                .attach("ledger", pmo_store::Perm::Write, &key)
-                .unwrap();
-            let mut page = [0u8; pmo_store::crypto::PAGE];
-            page[..marker.len()].copy_from_slice(&marker);
-            w.psync([(3u64, &page)]).unwrap();
-            w.detach().wait().unwrap();
+            for name in ["ledger", "cpmo"] {
+                let w = open
+                    .store
+                    .attach(name, pmo_store::Perm::Write, &key)
+                    .unwrap();
+                let mut page = [0u8; pmo_store::crypto::PAGE];
+                page[..marker.len()].copy_from_slice(&marker);
+                w.psync([(3u64, &page)]).unwrap();
+                w.detach().wait().unwrap();
+            }
             open.close().unwrap();
         }
         let list = store_ls(sf, &mut out).unwrap();
-        assert_eq!(list.len(), 1);
+        assert_eq!(list.len(), 2);
+        let c = list.iter().find(|p| p.name == "cpmo").unwrap();
+        assert_eq!((c.design, c.suite), (Design::C, Suite::TeeBlake3));
+        assert!(store_verify(sf, "cpmo", &key, &mut out, &mut err)
+            .unwrap()
+            .is_empty());
+        let list: Vec<_> = list.into_iter().filter(|p| p.name == "ledger").collect();
         let ins = store_inspect(&media, &mut out).unwrap();
-        assert_eq!(ins.records.len(), 1, "inspect reads the keyless metadata");
+        assert_eq!(ins.records.len(), 2, "inspect reads the keyless metadata");
         assert_eq!(ins.superblock.medium_len, 256 << 20);
         store_fsck(sf, &mut out, &mut err).unwrap();
         assert!(store_verify(sf, "ledger", &key, &mut out, &mut err)
@@ -757,6 +779,7 @@ mod tests {
         let e = store_verify(sf, "ledger", &key, &mut out, &mut err);
         assert!(matches!(e, Err(StoreCliError::Unclean(1))), "{e:?}");
         store_destroy(sf, "ledger", &key, &mut out).unwrap();
+        store_destroy(sf, "cpmo", &key, &mut out).unwrap();
         assert!(store_ls(sf, &mut out).unwrap().is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
