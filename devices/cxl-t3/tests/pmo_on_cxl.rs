@@ -172,7 +172,10 @@ fn design_c_keeps_plaintext_off_the_media_and_refuses_tampering_at_attach() {
     use pmo_store::{CreateOptions, Design};
     let path = tmp("design-c");
     let marker = b"DESIGN-C-MARKER-0123456789abcdef";
-    let (v1, v2) = (page_with(marker), page_with(b"second version of the page, v2.."));
+    let (v1, v2) = (
+        page_with(marker),
+        page_with(b"second version of the page, v2.."),
+    );
     let k = UserKey::new(b"tenant key").unwrap();
     let master = [0x42u8; 32];
     let np = 8u64;
@@ -201,10 +204,17 @@ fn design_c_keeps_plaintext_off_the_media_and_refuses_tampering_at_attach() {
         (info.extent.0, old)
     };
     let media = std::fs::read(&path).unwrap();
-    assert_eq!(count(&media, marker), 0, "plaintext of a design-c PMO on the media");
+    assert_eq!(
+        count(&media, marker),
+        0,
+        "plaintext of a design-c PMO on the media"
+    );
     let page_at = |p: u64| MEDIA_HEADER + ext + p * PAGE as u64;
     let genuine3 = read_media(&path, page_at(3), PAGE);
-    assert_ne!(genuine3, old_page3, "the range key changed the bytes of page 3");
+    assert_ne!(
+        genuine3, old_page3,
+        "the range key changed the bytes of page 3"
+    );
 
     let reopen = || {
         let x = open(&path);
@@ -237,7 +247,9 @@ fn design_c_keeps_plaintext_off_the_media_and_refuses_tampering_at_attach() {
             Ok(_) => panic!("{what}: design c attached a tampered PMO"),
         }
         // Design cl checks at each fault instead: the other pages serve, page 3 is refused.
-        let r = s.attach_with("c", Perm::Read, &k, Some(Design::Cl)).unwrap();
+        let r = s
+            .attach_with("c", Perm::Read, &k, Some(Design::Cl))
+            .unwrap();
         let mut out = [0u8; PAGE];
         r.fault(5, &mut out).unwrap();
         assert_eq!(out, v1);

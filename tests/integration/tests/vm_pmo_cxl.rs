@@ -7,6 +7,11 @@
 //! process, checks the list. Then the host lists and fscks the store on the media with the
 //! `pmovmm store` commands (the same master key), and scans the media for the guest's
 //! plaintext marker.
+//!
+//! In the same boot, LPMO's CXL designs (`--pmo-design c|cl`), each on its own media: VM
+//! "cxl-DESIGN" runs the same scenarios under the design (its PMOs get the `tee-blake3` suite:
+//! the range key is their only cipher), VM "cxl-DESIGN-restart", a new VMM process, reads the
+//! list back; then the same media scan, `ls` and `fsck` on the host.
 
 // Test code: an unwrap that fails is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -15,7 +20,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use pmo_integration::{run_vms, unique_pattern, Env, VmOutcome, VmSpec};
-use pmo_store::crypto::RangeCipher;
+use pmo_store::crypto::{RangeCipher, Suite};
+use pmo_store::{Design, PmoInfo};
 use pmovmm::cli::store::{store_fsck, store_ls, CxlAccess, StoreFile};
 
 const SIZE: u64 = 256 << 20;
@@ -24,9 +30,14 @@ const SIZE: u64 = 256 << 20;
 const OPTS: &str = "id=store,guest=off,cache=16M,latency=0";
 const MASTER: [u8; 32] = *b"vm-test master key, 32 bytes ok!";
 
+/// LPMO's CXL designs, each run on its own media after the default design's pair of VMs.
+const DESIGNS: [&str; 2] = ["c", "cl"];
+
 struct Group {
     vms: Vec<VmOutcome>,
     media: PathBuf,
+    /// Media of each of [`DESIGNS`], in order.
+    design_media: Vec<PathBuf>,
     master: PathBuf,
     marker: String,
 }
@@ -37,27 +48,42 @@ fn group() -> &'static Group {
         let env = Env::from_env();
         let dir = env.work_dir("vm-pmo-cxl").map_err(|e| e.to_string())?;
         let media = dir.join("store-cxl.img");
-        for f in [media.clone(), dir.join("store-cxl.img.lsa")] {
-            let _ = std::fs::remove_file(f);
+        let design_media: Vec<PathBuf> = DESIGNS
+            .iter()
+            .map(|d| dir.join(format!("store-cxl-{d}.img")))
+            .collect();
+        for m in std::iter::once(&media).chain(&design_media) {
+            let _ = std::fs::remove_file(m);
+            let _ = std::fs::remove_file(m.with_extension("img.lsa"));
         }
         let master = dir.join("master.key");
         std::fs::write(&master, MASTER).map_err(|e| e.to_string())?;
         let marker = unique_pattern("CXLPMOSECRET");
-        let vm = |name: &str| {
+        let vm = |name: &str, media: &PathBuf| {
             VmSpec::new(name)
                 .param("pattern", &marker)
                 .param("devices", "0")
-                .cxl_t3(&media, SIZE, None, OPTS)
+                .cxl_t3(media, SIZE, None, OPTS)
                 .pmo_store_on_cxl("store", &master)
         };
-        let vms = run_vms(&[
-            vm("cxl-store").scenarios(["cxl_count", "pmo_basic", "pmo_list_build"]),
-            vm("cxl-store-restart").scenarios(["pmo_list_check"]),
-        ])
-        .map_err(|e| e.to_string())?;
+        let mut specs = vec![
+            vm("cxl-store", &media).scenarios(["cxl_count", "pmo_basic", "pmo_list_build"]),
+            vm("cxl-store-restart", &media).scenarios(["pmo_list_check"]),
+        ];
+        for (d, m) in DESIGNS.iter().zip(&design_media) {
+            let with_design = |spec: VmSpec| spec.extra_arg("--pmo-design").extra_arg(*d);
+            specs.push(
+                with_design(vm(&format!("cxl-{d}"), m)).scenarios(["pmo_basic", "pmo_list_build"]),
+            );
+            specs.push(
+                with_design(vm(&format!("cxl-{d}-restart"), m)).scenarios(["pmo_list_check"]),
+            );
+        }
+        let vms = run_vms(&specs).map_err(|e| e.to_string())?;
         Ok(Group {
             vms,
             media,
+            design_media,
             master,
             marker,
         })
@@ -82,20 +108,18 @@ fn a_new_vmm_process_finds_what_was_psynced_on_the_media() {
     g.vms[1].assert_exit(0);
 }
 
-#[test]
-fn the_media_holds_no_plaintext_and_the_store_on_it_is_consistent() {
-    let g = group();
-    g.vms[0].assert_ok("pmo_basic.write");
-    let media = std::fs::read(&g.media).unwrap();
+/// Scans `media` for the guest's marker, then lists and fscks the store on it as
+/// `pmovmm store ls|fsck MEDIA --master-key FILE` do; returns the list PMO's entry.
+fn check_media(g: &Group, media: &PathBuf) -> PmoInfo {
+    let bytes = std::fs::read(media).unwrap();
     let m = g.marker.as_bytes();
     assert!(
-        !media.windows(m.len()).any(|w| w == m),
+        !bytes.windows(m.len()).any(|w| w == m),
         "the media {} holds the guest's plaintext marker",
-        g.media.display()
+        media.display()
     );
-    // What `pmovmm store ls|fsck MEDIA --master-key FILE` run.
     let store = StoreFile {
-        path: &g.media,
+        path: media,
         anchor: None,
         cxl: Some(CxlAccess {
             master_key: &g.master,
@@ -104,10 +128,35 @@ fn the_media_holds_no_plaintext_and_the_store_on_it_is_consistent() {
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let list = store_ls(store, &mut out).unwrap();
-    assert!(
-        list.iter().any(|p| p.name == "list1"),
-        "the list PMO is in the store"
-    );
     let report = store_fsck(store, &mut out, &mut err).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
+    list.into_iter()
+        .find(|p| p.name == "list1")
+        .expect("the list PMO is in the store")
+}
+
+#[test]
+fn the_media_holds_no_plaintext_and_the_store_on_it_is_consistent() {
+    let g = group();
+    g.vms[0].assert_ok("pmo_basic.write");
+    let list = check_media(g, &g.media);
+    assert_eq!((list.design, list.suite), (Design::D, Suite::XtsBlake3));
+}
+
+/// Designs c and cl: the guest's PMOs round-trip through a new VMM process, their only
+/// cipher is the expander's range key (suite `tee-blake3`), and still no byte of the guest's
+/// marker reaches the media; each store passes fsck.
+#[test]
+fn lpmo_cxl_designs_round_trip_with_the_range_key_as_their_only_cipher() {
+    let g = group();
+    for (i, (d, media)) in DESIGNS.iter().zip(&g.design_media).enumerate() {
+        let (run, restart) = (&g.vms[2 + 2 * i], &g.vms[3 + 2 * i]);
+        run.assert_all_ok(&["pmo_basic", "pmo_list_build"]);
+        run.assert_exit(0);
+        restart.assert_all_ok(&["pmo_list_check"]);
+        restart.assert_exit(0);
+        let list = check_media(g, media);
+        let design = Design::from_name(d).unwrap();
+        assert_eq!((list.design, list.suite), (design, Suite::TeeBlake3), "{d}");
+    }
 }

@@ -323,7 +323,8 @@ fn pmo_config(
         check_parent_dir("PMO anchor", anchor)?;
     }
     if let Some(d) = design {
-        let cxl_design = pmo_store::Design::from_name(d).is_some_and(|d| d.needs_range_encryption());
+        let cxl_design =
+            pmo_store::Design::from_name(d).is_some_and(|d| d.needs_range_encryption());
         if cxl_design && on_cxl.is_none() {
             return Err(ConfigError::PmoDesignWithoutCxl(d.to_string()));
         }

@@ -467,10 +467,7 @@ mod tests {
             // A tag of another PMO (another key) does not open it either.
             let mut p4 = page;
             let other = keys_with(s, b"another key");
-            assert_eq!(
-                other.open_page(id, &mut p4, &tag),
-                Err(CryptoError::BadTag)
-            );
+            assert_eq!(other.open_page(id, &mut p4, &tag), Err(CryptoError::BadTag));
         }
     }
 
