@@ -14,7 +14,6 @@
 //! spin the last stretch.
 
 use locked::Locked;
-use std::cell::Cell;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -31,8 +30,7 @@ pub const HEADER_LEN: u64 = 4096;
 pub const MAGIC: [u8; 8] = *b"PMOCXLM\x01";
 /// Header layout version.
 pub const VERSION: u32 = 1;
-/// Latency waits up to this long are spun rather than slept.
-pub const SPIN_LIMIT: Duration = Duration::from_micros(200);
+pub use pmo_store::medium::{charge, SPIN_LIMIT};
 
 const FLAG_RUNNING: u32 = 1;
 /// Header bytes covered by the checksum (the checksum follows them).
@@ -377,29 +375,6 @@ fn sync_parent(path: &Path) -> Result<(), MediaError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io_err("sync media directory"))
-}
-
-thread_local! {
-    static SLACK_SET: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Waits until `latency` has passed since `start` (the transfer itself counts).
-pub fn charge(start: Instant, latency: Duration) {
-    if latency.is_zero() {
-        return;
-    }
-    let deadline = start + latency;
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left > SPIN_LIMIT {
-        if !SLACK_SET.with(|s| s.replace(true)) {
-            // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack (ns).
-            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
-        }
-        std::thread::sleep(left - SPIN_LIMIT / 2);
-    }
-    while Instant::now() < deadline {
-        std::hint::spin_loop();
-    }
 }
 
 #[cfg(test)]

@@ -303,7 +303,7 @@ fn cxl_designs_are_refused_on_an_unkeyed_expander() {
     )
     .unwrap();
     let k = UserKey::new(b"tenant key").unwrap();
-    for design in [Design::C, Design::Cl] {
+    for design in [Design::C, Design::Cl, Design::Cf] {
         let opts = CreateOptions {
             design,
             suite: design.default_suite(),

@@ -13,6 +13,7 @@
 //! | `d` (LPMO) | key check | decrypt + verify into the window (Dc) | encrypt dirty pages into journal area (EP), commit, copy (TC) | scrub journal area (DT) |
 //! | `cl` (LPMO CL) | key check | verify into the window (the expander's range key decrypted it) | as `d` | as `d` |
 //! | `c` (LPMO C) | key check + verify every page | verify into the window | as `d` | as `d` |
+//! | `cf` (LPMO CF) | as `cl` | as `cl`, the window page standing for expander device memory | as `d` | as `d` |
 //!
 //! The `id` variants defer the per-page tag (the paper's checksum) from psync to detach (UC):
 //! psync encrypts and commits pages with a zero tag (their version is still covered by the tree),
@@ -22,13 +23,16 @@
 //! which trusts the medium for those pages in that window, as the paper does. With the `aes-gcm`
 //! suite the tag cannot be separated from encryption, so `id` behaves as `ip`. See docs/store.md.
 //!
-//! `c` and `cl` are LPMO's CXL designs (seed 000 section 5.1): the PMO's extent lies in a TEE
+//! `c`, `cl` and `cf` are LPMO's CXL designs (seed 000 section 5.1): the PMO's extent lies in a TEE
 //! range of the CXL expander, whose range key is the only encryption (suite `tee-blake3`, their
 //! default) and the CPU checks each page's keyed tag. They are refused on a medium that does not
 //! encrypt the extent. `c` checks the whole PMO at attach (LPMO 5.2.2), so a tampered page
 //! refuses the attach instead of surfacing at some later access; its faults check each page
 //! again, so media changed during the attachment is refused where it is read. What `c` does not
 //! do here is LPMO's mapping of the expander's memory into the guest; see docs/cxl-media.md.
+//! `cf` differs from `cl` only in where its working copy is: in the expander's device memory,
+//! so the pager charges each page moved into or out of it and keeps it out of the local DRAM
+//! budget ([`Design::working_copy_on_device`]); the store does the same for both.
 
 /// A PMO design (names from the seeds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -49,11 +53,13 @@ pub enum Design {
     Cl,
     /// LPMO C: as `cl`, and the whole PMO checked at attach.
     C,
+    /// LPMO CF: as `cl`, the working copy in the expander's device memory.
+    Cf,
 }
 
 impl Design {
     /// Every design, for tests and benches.
-    pub const ALL: [Design; 8] = [
+    pub const ALL: [Design; 9] = [
         Design::Wedi,
         Design::BpIp,
         Design::BpId,
@@ -62,6 +68,7 @@ impl Design {
         Design::D,
         Design::Cl,
         Design::C,
+        Design::Cf,
     ];
 
     /// The designs that run on any medium (every one but the CXL designs, which need an
@@ -86,6 +93,7 @@ impl Design {
             Design::D => 6,
             Design::Cl => 7,
             Design::C => 8,
+            Design::Cf => 9,
         }
     }
     /// Parses the on-media code.
@@ -103,6 +111,7 @@ impl Design {
             Design::D => "d",
             Design::Cl => "cl",
             Design::C => "c",
+            Design::Cf => "cf",
         }
     }
     /// Parses a name.
@@ -119,7 +128,12 @@ impl Design {
     }
     /// The PMO must lie on an extent the medium encrypts itself (the CXL designs).
     pub fn needs_range_encryption(self) -> bool {
-        matches!(self, Design::C | Design::Cl)
+        matches!(self, Design::C | Design::Cl | Design::Cf)
+    }
+    /// The working copy lives in the CXL expander's device memory rather than in local DRAM
+    /// (LPMO CF): transfers into and out of it are charged, the DRAM budget does not count it.
+    pub fn working_copy_on_device(self) -> bool {
+        self == Design::Cf
     }
     /// The suite of PMOs created with this design: the CXL designs leave encryption to the
     /// expander's range key.

@@ -145,6 +145,7 @@ fn pages_without_a_software_cipher_never_reach_a_medium_that_does_not_encrypt() 
         (Design::Cl, Suite::TeeBlake3),
         (Design::C, Suite::XtsBlake3),
         (Design::Cl, Suite::XtsBlake3),
+        (Design::Cf, Suite::TeeBlake3),
     ] {
         let opts = CreateOptions {
             design,
@@ -161,7 +162,7 @@ fn pages_without_a_software_cipher_never_reach_a_medium_that_does_not_encrypt() 
         assert!(e.to_string().contains("encrypts its extent"), "{e}");
     }
     assert_eq!(s.list().len(), 1, "a refused create leaves nothing");
-    for design in [Design::C, Design::Cl] {
+    for design in [Design::C, Design::Cl, Design::Cf] {
         let e = s
             .attach_with("p", Perm::Write, &key("k"), Some(design))
             .err()
@@ -172,7 +173,7 @@ fn pages_without_a_software_cipher_never_reach_a_medium_that_does_not_encrypt() 
     drop(s.attach("p", Perm::Write, &key("k")).unwrap());
     let (_m, s2, _) = reopen(before.clone());
     assert!(s2.attach("p", Perm::Read, &key("k")).is_ok());
-    for design in [Design::C, Design::Cl] {
+    for design in [Design::C, Design::Cl, Design::Cf] {
         m.tamper(0, &before);
         edit_record(&m, &s, |r| r.design = design);
         assert!(

@@ -21,12 +21,15 @@ use crate::pager::{FillError, PageSource, Pager, PagerError, SliceStats};
 pub struct SessionSource {
     session: RwLock<Option<Session>>,
     writable: bool,
+    /// The session's design keeps its working copy in device memory (LPMO CF).
+    on_device: bool,
 }
 
 impl SessionSource {
     /// Serves `session`; `writable` attachments get write-protected pages (dirty tracking).
     pub fn new(session: Session, writable: bool) -> Self {
         SessionSource {
+            on_device: session.design().working_copy_on_device(),
             session: RwLock::new(Some(session)),
             writable,
         }
@@ -63,6 +66,10 @@ impl PageSource for SessionSource {
 
     fn writable(&self) -> bool {
         self.writable
+    }
+
+    fn working_copy_on_device(&self) -> bool {
+        self.on_device
     }
 }
 

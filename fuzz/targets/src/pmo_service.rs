@@ -75,6 +75,7 @@ pub fn service_config(dir: &Path) -> PmoDeviceConfig {
             ..StoreOptions::default()
         },
         dram_budget: None,
+        device_memory_latency_ns: 0,
     }
 }
 

@@ -8,7 +8,7 @@
 //! `pmovmm store` commands (the same master key), and scans the media for the guest's
 //! plaintext marker.
 //!
-//! In the same boot, LPMO's CXL designs (`--pmo-design c|cl`), each on its own media: VM
+//! In the same boot, LPMO's CXL designs (`--pmo-design c|cl|cf`), each on its own media: VM
 //! "cxl-DESIGN" runs the same scenarios under the design (its PMOs get the `tee-blake3` suite:
 //! the range key is their only cipher), VM "cxl-DESIGN-restart", a new VMM process, reads the
 //! list back; then the same media scan, `ls` and `fsck` on the host.
@@ -31,7 +31,7 @@ const OPTS: &str = "id=store,guest=off,cache=16M,latency=0";
 const MASTER: [u8; 32] = *b"vm-test master key, 32 bytes ok!";
 
 /// LPMO's CXL designs, each run on its own media after the default design's pair of VMs.
-const DESIGNS: [&str; 2] = ["c", "cl"];
+const DESIGNS: [&str; 3] = ["c", "cl", "cf"];
 
 struct Group {
     vms: Vec<VmOutcome>,

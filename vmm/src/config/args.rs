@@ -59,7 +59,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE[,SIZE]|cxl=NAME[,cipher=xts-128|xts-256]")]
     pub pmo_store: Option<String>,
     /// PMO design for attach sessions: wedi, bp-ip, bp-id, sp-ip, sp-id, d; with a store on an
-    /// expander also cl and c (LPMO's CXL designs)
+    /// expander also cl, c and cf (LPMO's CXL designs)
     /// [default: each PMO's own].
     #[arg(long, value_name = "NAME")]
     pub pmo_design: Option<String>,

@@ -134,7 +134,7 @@ pub enum ConfigError {
     /// `--pmo-dram` for a store that is not on an expander: there is no CXL tier to demote to.
     #[error("--pmo-dram needs the PMO store on an expander (--pmo-store cxl=NAME): that is the tier cold pages go to")]
     PmoDramWithoutCxl,
-    /// A CXL design (`c`, `cl`) for a store that is not on an expander: nothing would encrypt
+    /// A CXL design (`c`, `cl`, `cf`) for a store that is not on an expander: nothing would encrypt
     /// its pages at rest.
     #[error("--pmo-design {0}: a CXL design needs the PMO store on an expander (--pmo-store cxl=NAME), whose range keys encrypt its pages")]
     PmoDesignWithoutCxl(String),

@@ -41,8 +41,9 @@ use devices::{check_parent_dir, check_readable};
 
 pub use args::RunArgs;
 pub use devices::{
-    ConsoleOutput, CxlT3Config, PmemConfig, CXL_ALIGN, DEFAULT_CXL_CACHE, DEFAULT_CXL_LATENCY_NS,
-    DEFAULT_CXL_WAYS, MAX_CXL_T3, MAX_CXL_WAYS, PMEM_ALIGN,
+    ConsoleOutput, CxlT3Config, PmemConfig, CXL_ALIGN, DEFAULT_CXL_CACHE,
+    DEFAULT_CXL_DEVMEM_LATENCY_NS, DEFAULT_CXL_LATENCY_NS, DEFAULT_CXL_WAYS, MAX_CXL_T3,
+    MAX_CXL_WAYS, PMEM_ALIGN,
 };
 pub use error::ConfigError;
 pub use options::OptionList;
@@ -362,6 +363,10 @@ fn pmo_config(
             ..StoreOptions::default()
         },
         dram_budget,
+        device_memory_latency_ns: on_cxl
+            .as_ref()
+            .and_then(|on| cxl_t3.get(on.expander))
+            .map_or(0, |dev| dev.devmem_latency_ns),
     };
     Ok((Some(device), on_cxl))
 }

@@ -552,6 +552,7 @@ fn pmo_store_settings() {
             predictor: None,
             store_options: StoreOptions::default(),
             dram_budget: None,
+            device_memory_latency_ns: 0,
         })
     );
     assert_eq!(with(&[]).unwrap().pmo, None);
@@ -657,7 +658,7 @@ fn cxl_t3_options() {
         &format!("media={},size=1G", s.arg("a.img")),
         "--cxl-t3",
         &format!(
-            "media={},size=512M,lsa={},cache=8M,ways=4,latency=0,key={},serial=0x1f",
+            "media={},size=512M,lsa={},cache=8M,ways=4,latency=0,devmem-latency=750,key={},serial=0x1f",
             s.arg("b.img"),
             s.arg("b.labels"),
             s.arg("key")
@@ -674,6 +675,7 @@ fn cxl_t3_options() {
                 cache: DEFAULT_CXL_CACHE,
                 ways: DEFAULT_CXL_WAYS,
                 latency_ns: DEFAULT_CXL_LATENCY_NS,
+                devmem_latency_ns: DEFAULT_CXL_DEVMEM_LATENCY_NS,
                 key: None,
                 serial: None,
                 id: None,
@@ -686,6 +688,7 @@ fn cxl_t3_options() {
                 cache: 8 * MIB,
                 ways: 4,
                 latency_ns: 0,
+                devmem_latency_ns: 750,
                 key: Some(s.path("key")),
                 serial: Some(0x1f),
                 id: None,
@@ -923,7 +926,7 @@ fn cxl_designs_need_a_store_on_an_expander() {
     let k = s.arg("bzImage");
     s.file("master", 32);
     let store = s.arg("s.img");
-    for d in ["c", "cl"] {
+    for d in ["c", "cl", "cf"] {
         let e = VmConfig::from_args(&args(&[
             "--kernel",
             &k,
@@ -937,7 +940,7 @@ fn cxl_designs_need_a_store_on_an_expander() {
         assert!(e.to_string().contains("--pmo-store cxl=NAME"), "{e}");
     }
     let private = format!("media={},size=256M,id=s,guest=off", s.arg("m.img"));
-    for d in ["c", "cl", "d"] {
+    for d in ["c", "cl", "cf", "d"] {
         let cfg = VmConfig::from_args(&args(&[
             "--kernel",
             &k,

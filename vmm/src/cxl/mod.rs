@@ -581,6 +581,7 @@ mod tests {
             cache: 1 << 20,
             ways: 8,
             latency_ns: 0,
+            devmem_latency_ns: 0,
             key: None,
             serial: None,
             id: Some("s".into()),

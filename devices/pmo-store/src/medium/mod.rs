@@ -15,7 +15,7 @@ pub use crash::{CrashMedium, CrashMode};
 pub use file::{FileMedium, Persistence};
 pub use kill::KillInPsync;
 pub use part::Part;
-pub use timing::{PmTiming, TimedMedium};
+pub use timing::{charge, PmTiming, TimedMedium, SPIN_LIMIT};
 
 /// Errors of a medium.
 #[derive(Debug, thiserror::Error)]

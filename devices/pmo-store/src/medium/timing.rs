@@ -1,11 +1,41 @@
-//! A PM timing model in the spirit of PMBD: scale the time spent copying to and from the medium.
+//! Latency models: [`charge`], the one wait every modelled device uses (the CXL expander's
+//! media and device memory), and a PM timing model in the spirit of PMBD.
 //!
 //! PMBD emulated slower persistent memory by measuring how long a copy took on DRAM and then
 //! stalling for (factor - 1) times as long. [`TimedMedium`] does the same around any medium. Off
 //! by default: factors of 1.0 add nothing.
 
 use super::{Medium, MediumError};
+use std::cell::Cell;
 use std::time::{Duration, Instant};
+
+/// Latency waits up to this long are spun rather than slept.
+pub const SPIN_LIMIT: Duration = Duration::from_micros(200);
+
+thread_local! {
+    static SLACK_SET: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Waits until `latency` has passed since `start` (the transfer itself counts). Waits up to
+/// [`SPIN_LIMIT`] are spun (a sleep cannot wake that precisely); longer ones sleep with the
+/// thread's timer slack tightened to 1 µs and spin the last stretch.
+pub fn charge(start: Instant, latency: Duration) {
+    if latency.is_zero() {
+        return;
+    }
+    let deadline = start + latency;
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left > SPIN_LIMIT {
+        if !SLACK_SET.with(|s| s.replace(true)) {
+            // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack (ns).
+            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
+        }
+        std::thread::sleep(left - SPIN_LIMIT / 2);
+    }
+    while Instant::now() < deadline {
+        std::hint::spin_loop();
+    }
+}
 
 /// Read and write slowdown factors relative to the wrapped medium (1.0 = no slowdown).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -41,11 +71,7 @@ impl<M: Medium> TimedMedium<M> {
         if factor <= 1.0 || !factor.is_finite() {
             return;
         }
-        let extra = elapsed.mul_f64(factor - 1.0);
-        let until = Instant::now() + extra;
-        while Instant::now() < until {
-            std::hint::spin_loop();
-        }
+        charge(Instant::now(), elapsed.mul_f64(factor - 1.0));
     }
 }
 

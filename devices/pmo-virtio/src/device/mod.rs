@@ -95,6 +95,10 @@ pub struct PmoDeviceConfig {
     pub store_options: StoreOptions,
     /// Keep the plaintext in the window within a DRAM budget, demoting to the CXL tier.
     pub dram_budget: Option<DramBudgetConfig>,
+    /// What moving one page into or out of the store's expander's device memory costs, in ns
+    /// (a working copy of design `cf`, dirty pages demoted under a DRAM budget); 0 for a
+    /// store file.
+    pub device_memory_latency_ns: u64,
 }
 
 /// `--pmo-dram SIZE[,policy=NAME]`: the window's local-DRAM budget and its placement policy.

@@ -38,6 +38,10 @@ impl PageSource for AttachmentSource {
         self.session.writable()
     }
 
+    fn working_copy_on_device(&self) -> bool {
+        self.session.working_copy_on_device()
+    }
+
     fn page_failed(&self, page: u64, error: &FillError, how: Detected) {
         // An integrity failure outranks a medium error.
         match error {
@@ -192,6 +196,9 @@ impl PmoService {
             None => None,
         };
         let pager = Pager::new(cfg.window_size, cfg.fault_threads)?;
+        pager.set_device_memory_latency(std::time::Duration::from_nanos(
+            cfg.device_memory_latency_ns,
+        ));
         if let Some(b) = &cfg.dram_budget {
             let policy = pmo_policies::placement_from_name(&b.policy)?;
             let window_pages = cfg.window_size / PAGE as u64;
@@ -386,6 +393,14 @@ impl PmoService {
             s.psync_unchanged.load(Ordering::Relaxed),
             s.integrity_failures.load(Ordering::Relaxed),
         );
+        let on_device = s.device_pages.load(Ordering::Relaxed);
+        if on_device > 0 {
+            log::info!(
+                "pmo: detach {:?}: working copy in expander device memory (design cf): {} pages",
+                a.name,
+                on_device,
+            );
+        }
         if let Some(vm) = self.pager.tier_stats() {
             log::info!(
                 "pmo: detach {:?}: tiering: {} pages in DRAM, {} dirty in device memory (dropped), {} promotions, {} demotions, {} predictions left in CXL; VM: {} of {} budget pages in DRAM, {} bytes moved",

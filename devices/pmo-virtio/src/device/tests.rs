@@ -32,6 +32,7 @@ fn service_with(dir: &Path, predictor: Option<&str>) -> Result<Arc<PmoService>, 
         predictor: predictor.map(str::to_string),
         store_options: fast_store(),
         dram_budget: None,
+        device_memory_latency_ns: 0,
     })
 }
 
@@ -772,6 +773,7 @@ fn hostile_guest_threads_race_requests_and_touches_without_crossing_pmos() {
         predictor: Some("stream:2".into()),
         store_options: fast_store(),
         dram_budget: None,
+        device_memory_latency_ns: 0,
     })
     .unwrap();
     let r = Race {

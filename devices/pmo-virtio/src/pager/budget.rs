@@ -154,6 +154,10 @@ impl Pager {
         if dirty {
             slice.mark_dirty(page);
         }
+        if slice.on_device {
+            // The page is written into the expander's device memory (LPMO CF).
+            self.charge_device(Instant::now());
+        }
         if !self.install(self.page_addr(slice, page), data, wp) {
             return Installed::Not;
         }
@@ -171,6 +175,11 @@ impl Pager {
 
     /// Counts a page that just became resident (under the slice's tier lock).
     fn admitted(&self, slice: &Slice, page: u64, dirty: bool) {
+        if slice.on_device {
+            // Not local DRAM: outside the budget and its policy.
+            slice.stats.device_pages.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         slice.stats.dram_pages.fetch_add(1, Ordering::Relaxed);
         let Some(b) = self.budget.get() else { return };
         if clear_bit_was_set(&slice.demoted, page) {
@@ -195,7 +204,10 @@ impl Pager {
             return false;
         };
         slice.stats.cxl_dirty_pages.fetch_sub(1, Ordering::Relaxed);
-        if let Err(e) = b.tier.take(slot, buf) {
+        let moved = Instant::now();
+        let taken = b.tier.take(slot, buf);
+        self.charge_device(moved);
+        if let Err(e) = taken {
             // Cannot happen for whole pages; the page's unsynced data is lost, say so.
             log::error!("pmo: promote page {page} from device memory: {e}");
             buf.fill(0);
@@ -218,6 +230,9 @@ impl Pager {
 
     /// Tells the policy of an access it could not otherwise see (a write-protect fault).
     pub(super) fn touched(&self, slice: &Slice, page: u64, dirtied: bool) {
+        if slice.on_device {
+            return;
+        }
         if let Some(b) = self.budget.get() {
             let mut p = b.policy.locked();
             p.touched(slice.page_ref(page));
@@ -302,7 +317,9 @@ impl Pager {
                 // Marked dirty, but it holds what the store has: dropped like a clean page.
                 clear_bit(&slice.dirty, page);
             } else {
+                let moved = Instant::now();
                 let put = b.tier.put(&buf);
+                self.charge_device(moved);
                 buf.fill(0);
                 match put {
                     Ok(s) => slot = Some(s),
@@ -368,7 +385,10 @@ impl Pager {
         let Some(b) = self.budget.get() else { return };
         for (&page, slot) in spilled {
             let mut buf = Box::new([0u8; PAGE]);
-            if let Err(e) = b.tier.read(slot, &mut buf) {
+            let moved = Instant::now();
+            let read = b.tier.read(slot, &mut buf);
+            self.charge_device(moved);
+            if let Err(e) = read {
                 log::error!("pmo: read spilled page {page}: {e}");
                 continue;
             }

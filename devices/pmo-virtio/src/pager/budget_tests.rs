@@ -8,6 +8,8 @@ use std::collections::HashMap;
 #[derive(Default)]
 struct MemStore {
     pages: Mutex<HashMap<u64, Box<[u8; PAGE]>>>,
+    /// Its working copy stands for the expander's device memory (design `cf`).
+    on_device: bool,
 }
 
 impl MemStore {
@@ -37,6 +39,9 @@ impl PageSource for MemStore {
     }
     fn writable(&self) -> bool {
         true
+    }
+    fn working_copy_on_device(&self) -> bool {
+        self.on_device
     }
 }
 
@@ -447,4 +452,67 @@ fn one_budget_holds_across_attachments() {
 fn first_word(base: u64, page: u64) -> u64 {
     // SAFETY: test reads of attached window pages (served by the pager).
     unsafe { std::ptr::read_volatile((base + page * PAGE_U64) as *const u64) }
+}
+
+/// Design `cf`: the working copy is in the expander's device memory. Its pages are never
+/// counted against the DRAM budget nor demoted (a DRAM-tier attachment beside it is), every
+/// page moved into device memory (an install) or out of it (a psync's read) waits the
+/// device-memory latency, and what was written reaches the store.
+#[test]
+fn a_working_copy_on_the_device_is_outside_the_budget_and_charged_per_page() {
+    const PAGES: u64 = 64;
+    const BUDGET: u64 = 8;
+    const LATENCY: std::time::Duration = std::time::Duration::from_millis(3);
+    let pager = budgeted(256, BUDGET, "hotness");
+    pager.set_device_memory_latency(LATENCY);
+    let on_device = Arc::new(MemStore {
+        on_device: true,
+        ..MemStore::default()
+    });
+    let in_dram = Arc::new(MemStore::default());
+    let (cf, cf_stats) = pager.attach(on_device.clone(), PAGES).unwrap();
+    let (d, d_stats) = pager.attach(in_dram.clone(), PAGES).unwrap();
+    let (cf_base, d_base) = (pager.host_addr() + cf, pager.host_addr() + d);
+    // Every install is a charged transfer: the touches cannot take less than that.
+    let t = std::time::Instant::now();
+    for p in 0..PAGES {
+        set_word(cf_base, p, 1000 + p);
+    }
+    assert!(t.elapsed() >= LATENCY * PAGES as u32, "{:?}", t.elapsed());
+    // The install wakes the writer before its fault thread counts the page.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while cf_stats.device_pages.load(Ordering::Relaxed) < PAGES && std::time::Instant::now() < until
+    {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(cf_stats.device_pages.load(Ordering::Relaxed), PAGES);
+    assert_eq!(cf_stats.dram_pages.load(Ordering::Relaxed), 0);
+    assert_eq!(pager.tier_stats().unwrap().resident_pages, 0);
+    // The DRAM attachment alone is held to the budget; the device's pages stay put.
+    for round in 0..3 {
+        for p in 0..PAGES {
+            set_word(d_base, p, round * 100 + p);
+        }
+    }
+    let tier = settled(&pager, |t| t.resident_pages <= BUDGET + 2);
+    assert!(tier.resident_pages <= BUDGET + 2, "{tier:?}");
+    assert!(d_stats.demotions.load(Ordering::Relaxed) > 0);
+    assert_eq!(cf_stats.demotions.load(Ordering::Relaxed), 0);
+    assert_eq!(cf_stats.promotions.load(Ordering::Relaxed), 0);
+    for p in 0..PAGES {
+        assert_eq!(word_at(cf_base, p), 1000 + p, "page {p} on the device");
+    }
+    // A psync reads every dirty page out of device memory, each a charged transfer.
+    let t = std::time::Instant::now();
+    assert_eq!(psync_into(&pager, cf, &on_device), PAGES);
+    assert!(t.elapsed() >= LATENCY * PAGES as u32, "{:?}", t.elapsed());
+    for p in 0..PAGES {
+        assert_eq!(on_device.word(p), 1000 + p);
+    }
+    assert_eq!(psync_into(&pager, d, &in_dram), PAGES);
+    for p in 0..PAGES {
+        assert_eq!(in_dram.word(p), 200 + p);
+    }
+    pager.detach(cf).unwrap();
+    pager.detach(d).unwrap();
 }

@@ -114,6 +114,13 @@ pub trait PageSource: Send + Sync {
     fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError>;
     /// Writable attachments track dirty pages.
     fn writable(&self) -> bool;
+    /// The attachment's working copy stands for the CXL expander's device memory (LPMO CF)
+    /// rather than local DRAM: every page moved into or out of it is charged the device
+    /// memory latency ([`Pager::set_device_memory_latency`]) and the DRAM budget does not
+    /// count it.
+    fn working_copy_on_device(&self) -> bool {
+        false
+    }
     /// Told once per refusal of `page` (`OnAccess`, any error) and per page a
     /// prefetch found failing verification (`Ahead`), so the owner can fail
     /// the attachment and tell the guest. Called while the slice is live.
@@ -206,6 +213,9 @@ struct Slice {
     /// What the store holds for each page (writable slices): a dirty page that still
     /// matches is not written or sealed.
     digests: Option<digests::StoreDigests>,
+    /// The working copy is in the expander's device memory (see
+    /// [`PageSource::working_copy_on_device`]).
+    on_device: bool,
 }
 
 /// One window mutation on behalf of a slice in progress; detach waits until it is dropped.
@@ -356,6 +366,8 @@ pub struct Pager {
     prefetch_backlog: AtomicU64,
     /// The DRAM budget, if one is set (see `budget.rs`).
     budget: std::sync::OnceLock<budget::DramBudget>,
+    /// Charged per page moved into or out of the expander's device memory, in ns.
+    device_latency_ns: AtomicU64,
 }
 
 impl Pager {
@@ -379,6 +391,7 @@ impl Pager {
             prefetch: Mutex::new(None),
             prefetch_backlog: AtomicU64::new(0),
             budget: std::sync::OnceLock::new(),
+            device_latency_ns: AtomicU64::new(0),
         });
         let (tx, rx) = std::sync::mpsc::sync_channel(PREFETCH_BACKLOG);
         *pager.prefetch.locked() = Some(tx);
@@ -393,6 +406,22 @@ impl Pager {
             .start("pmo-fault", &pager.uffd, Arc::downgrade(&pager), threads)
             .map_err(PagerError::Spawn)?;
         Ok(pager)
+    }
+
+    /// What one page moved into or out of the CXL expander's device memory costs from now
+    /// on: installs into and psync reads of a working copy on the device (LPMO CF), and
+    /// dirty pages demoted to or promoted from device memory under a DRAM budget. 0 (the
+    /// default) charges nothing. The wait is [`pmo_store::medium::charge`]'s, as the
+    /// expander's media latency.
+    pub fn set_device_memory_latency(&self, per_page: std::time::Duration) {
+        let ns = u64::try_from(per_page.as_nanos()).unwrap_or(u64::MAX);
+        self.device_latency_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// Waits out one device-memory page transfer that began at `start`.
+    pub(super) fn charge_device(&self, start: Instant) {
+        let ns = self.device_latency_ns.load(Ordering::Relaxed);
+        pmo_store::medium::charge(start, std::time::Duration::from_nanos(ns));
     }
 
     /// Host address of the window (what the VMM maps into the guest).

@@ -103,7 +103,7 @@ impl Pager {
             slice.expire_staged(slice.seq.load(Ordering::Acquire));
             return;
         }
-        if let Some(b) = self.budget.get() {
+        if let Some(b) = self.budget.get().filter(|_| !slice.on_device) {
             let resident = b.resident.load(Ordering::Acquire) as usize;
             if b.policy.locked().prefetch_tier(resident, b.pages as usize)
                 == pmo_policies::Tier::Cxl

@@ -43,6 +43,9 @@ pub struct SliceStats {
     pub dram_pages: AtomicU64,
     /// Written pages of the attachment demoted to device memory now.
     pub cxl_dirty_pages: AtomicU64,
+    /// Pages of a working copy kept in the expander's device memory (design `cf`) installed
+    /// this session; such an attachment has no `dram_pages`.
+    pub device_pages: AtomicU64,
     /// Fault service times, bucket i counting `[2^i, 2^(i+1))` microseconds.
     pub fault_hist: [AtomicU64; HIST_BUCKETS],
 }

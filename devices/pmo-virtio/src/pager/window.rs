@@ -10,6 +10,7 @@ impl Pager {
         source: Arc<dyn PageSource>,
         npages: u64,
     ) -> Result<(u64, Arc<SliceStats>), PagerError> {
+        let on_device = source.working_copy_on_device();
         let digests = if source.writable() {
             Some(digests::StoreDigests::new(npages).map_err(PagerError::Key)?)
         } else {
@@ -65,6 +66,7 @@ impl Pager {
             demoted: bitmap(npages),
             collecting: AtomicU64::new(0),
             digests,
+            on_device,
         });
         slices.insert(start, slice);
         Ok((start * PAGE_U64, stats))
@@ -193,11 +195,16 @@ impl Pager {
                 slice.mark_dirty(page);
             }
             let mut buf = Box::new([0u8; PAGE]);
+            let copied = Instant::now();
             // SAFETY: `addr` is a page of our window mapping inside this
             // slice, which cannot be cleared while we hold its gate; if it is
             // not present, the copy faults and the fault service fills it. A
             // raw byte copy tolerates concurrent writes.
             unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), PAGE) };
+            if slice.on_device {
+                // Read out of the expander's device memory (LPMO CF).
+                self.charge_device(copied);
+            }
             out.push((page, buf));
         }
         // A detach that began meanwhile serves this slice's missing pages as

@@ -39,7 +39,7 @@ pub enum StoreCliError {
     #[error(transparent)]
     Size(#[from] SizeError),
     /// Unknown design name.
-    #[error("unknown design {0:?} (wedi, bp-ip, bp-id, sp-ip, sp-id, d, cl, c)")]
+    #[error("unknown design {0:?} (wedi, bp-ip, bp-id, sp-ip, sp-id, d, cl, c, cf)")]
     BadDesign(String),
     /// Unknown suite name.
     #[error("unknown suite {0:?} (xts-blake3, paper, aes-gcm, tee-blake3)")]
@@ -132,12 +132,12 @@ pub enum StoreCommand {
         #[command(flatten)]
         key: KeyArg,
         /// Default design of its attach sessions: wedi, bp-ip, bp-id, sp-ip, sp-id, d; on an
-        /// expander also cl and c (LPMO's CXL designs).
+        /// expander also cl, c and cf (LPMO's CXL designs).
         #[arg(long, default_value = "d")]
         design: String,
         /// Page cipher and tag: xts-blake3, paper, aes-gcm; tee-blake3 (no software cipher,
         /// the expander's range key encrypts) only on an expander [default: tee-blake3 for
-        /// designs cl and c, else xts-blake3].
+        /// designs cl, c and cf, else xts-blake3].
         #[arg(long)]
         suite: Option<String>,
         /// Argon2id cost of the key derivation: m=SIZE,t=PASSES,p=LANES or fast
