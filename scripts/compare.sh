@@ -13,6 +13,9 @@
 #                                    integrity) and the applications, 1 thread, one round
 #                                    (about 35 minutes; the sizes are in docs/compare.md)
 #   scripts/compare.sh --pm-model    the PM timing model on the medium (default: DRAM-backed file)
+#   scripts/compare.sh --cxl --threads 1
+#                                    LPMO's CXL figure: O, D, D4 on the file, the CXL designs c, cl,
+#                                    cl4, cf, cf4 on an emulated expander store (with integrity)
 # Other flags go to pmo-compare: --apps micro,ycsb,filebench --workloads a,b --threads 1,2
 # --session S --repeat R.
 set -euo pipefail

@@ -33,13 +33,16 @@ def main(src, dst):
         rows = [r for r in csv.DictReader(f) if r["threads"] == "1"]
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
     designs = list(dict.fromkeys(r["design"] for r in rows))
+    # A run with integrity only (--paper-sizes, --cxl) has no left half.
+    integs = [i for i in ("false", "true") if any(r["integrity"] == i for r in rows)]
+    labelled = set()
     cols = min(3, max(1, len(workloads)))
     nrows = (len(workloads) + cols - 1) // cols
     fig, axes = plt.subplots(nrows, cols, figsize=(6 * cols, 4.2 * nrows), squeeze=False)
     for i, w in enumerate(workloads):
         ax = axes[i // cols][i % cols]
         labels, x = [], 0
-        for integ in ("false", "true"):
+        for integ in integs:
             o = next(
                 (r for r in rows if r["workload"] == w and r["design"] == "sp-id"
                  and r["integrity"] == integ and not r["error"]),
@@ -61,10 +64,12 @@ def main(src, dst):
                 for key, name, color in PARTS:
                     h = float(r.get(key) or 0) / o_total
                     ax.bar(x, h, bottom=bottom, color=color,
-                           label=name if (i == 0 and x == 0) else None)
+                           label=None if name in labelled else name)
+                    labelled.add(name)
                     bottom += h
                 x += 1
-        ax.axvline(len(designs) - 0.5, color="grey", linewidth=0.8, linestyle=":")
+        if len(integs) == 2:
+            ax.axvline(len(designs) - 0.5, color="grey", linewidth=0.8, linestyle=":")
         ax.axhline(1.0, color="black", linewidth=0.6)
         ax.set_xticks(range(len(labels)))
         ax.set_xticklabels(labels, rotation=60, fontsize=7)
@@ -72,8 +77,9 @@ def main(src, dst):
         ax.set_ylabel("time / O (sp-id)")
     for j in range(len(workloads), nrows * cols):
         axes[j // cols][j % cols].axis("off")
-    fig.suptitle("PMO designs, 1 thread, normalized to O; left: without integrity, right: with (+I)",
-                 y=0.995, fontsize=10)
+    halves = ("; left: without integrity, right: with (+I)" if len(integs) == 2
+              else ", with integrity (+I)" if integs == ["true"] else ", without integrity")
+    fig.suptitle("PMO designs, 1 thread, normalized to O" + halves, y=0.995, fontsize=10)
     fig.legend(loc="upper center", bbox_to_anchor=(0.5, 0.965), ncol=len(PARTS), fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     fig.savefig(dst, dpi=110)

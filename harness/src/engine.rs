@@ -71,6 +71,13 @@ pub enum EngineError {
     /// A PMO larger than this process can map.
     #[error("PMO of {0} bytes does not fit the address space")]
     TooLarge(usize),
+    /// The expander store could not be made.
+    #[error("{0}")]
+    CxlStore(#[from] crate::cxl_store::CxlStoreError),
+    /// A CXL design without integrity: its only cipher is the range key and its tag is the
+    /// integrity, so there is no such cell.
+    #[error("design {0} has no run without integrity")]
+    NoIntegrityOff(&'static str),
 }
 
 /// A design of the comparison: a store design plus, for LPMO's `dN` and `adaptive`, a predictor.
@@ -107,6 +114,27 @@ pub fn design_specs() -> Vec<DesignSpec> {
         d("d4", Some("stream:4")),
         d("d8", Some("stream:8")),
         d("adaptive", Some("adaptive")),
+    ]
+}
+
+/// The columns of LPMO's CXL figure (seed 000, Fig. 13): O and D on the store file, then the
+/// CXL designs on an expander store, with and without a depth-4 stream predictor (the paper's
+/// L4 and F4 are `cl4` and `cf4` here). `on_cxl` says which store a column runs on.
+pub fn cxl_design_specs() -> Vec<(DesignSpec, bool)> {
+    let spec = |label, design, predictor| DesignSpec {
+        label,
+        design,
+        predictor,
+    };
+    vec![
+        (spec("sp-id", Design::SpId, None), false),
+        (spec("d", Design::D, None), false),
+        (spec("d4", Design::D, Some("stream:4")), false),
+        (spec("c", Design::C, None), true),
+        (spec("cl", Design::Cl, None), true),
+        (spec("cl4", Design::Cl, Some("stream:4")), true),
+        (spec("cf", Design::Cf, None), true),
+        (spec("cf4", Design::Cf, Some("stream:4")), true),
     ]
 }
 
@@ -231,7 +259,8 @@ pub struct CellResult {
     pub checksum: u64,
 }
 
-/// Where the PMOs live: one store on a temporary file (removed on drop).
+/// Where the PMOs live: one store on a temporary file, or on an emulated CXL expander whose
+/// media is a temporary file (removed on drop).
 pub struct Env {
     store: Store,
     key: UserKey,
@@ -239,6 +268,9 @@ pub struct Env {
     /// Human-readable description of the medium, for reports.
     pub medium: String,
     next: u64,
+    /// What the pager charges per page moved into or out of expander device memory (design
+    /// `cf`); 0 on a file.
+    device_latency_ns: u64,
 }
 
 /// Read and write slowdowns of `--pm-model` relative to the DRAM-backed file (PMBD-style
@@ -255,21 +287,31 @@ impl Env {
         Env::sized((max_pmo as u64) * 3 + (32 << 20), 64, pm_model)
     }
 
+    /// A store of at least `len` bytes with `slots` PMO table slots on an emulated CXL
+    /// expander (`--pmo-store cxl=NAME`): where the CXL designs (`c`, `cl`, `cf`) run. The
+    /// pagers of its cells charge `device_latency_ns` per page moved into or out of device
+    /// memory.
+    pub fn on_cxl(
+        len: u64,
+        slots: u32,
+        model: crate::cxl_store::ExpanderModel,
+        device_latency_ns: u64,
+    ) -> Result<Env, EngineError> {
+        let dir = scratch_dir()?;
+        let (store, _media, desc) = crate::cxl_store::expander_store(&dir, len, slots, model)?;
+        Ok(Env {
+            store,
+            key: UserKey::new(KEY).map_err(|e| EngineError::Store(e.into()))?,
+            dir,
+            medium: format!("{desc}, {device_latency_ns} ns per page of device memory"),
+            next: 0,
+            device_latency_ns,
+        })
+    }
+
     /// A store of `len` bytes with `slots` PMO table slots (the most PMOs it holds).
     pub fn sized(len: u64, slots: u32, pm_model: bool) -> Result<Env, EngineError> {
-        // Unique per Env: two stores on one file would truncate each other's mapping.
-        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // tmpfs when there is one: a DRAM-backed file whose msync is not a disk write-back (on a
-        // disk-backed /tmp every psync would time the disk, not the design).
-        let shm = std::path::Path::new("/dev/shm");
-        let base = if shm.is_dir() {
-            shm.to_path_buf()
-        } else {
-            std::env::temp_dir()
-        };
-        let dir = base.join(format!("pmo-compare-{}-{seq}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
+        let dir = scratch_dir()?;
         let path = dir.join("store.img");
         let file = FileMedium::create(&path, len)?;
         let (medium, desc): (Arc<dyn Medium>, String) = if pm_model {
@@ -305,8 +347,27 @@ impl Env {
             dir,
             medium: desc,
             next: 0,
+            device_latency_ns: 0,
         })
     }
+}
+
+/// A new directory for one store, on tmpfs when there is one: a DRAM-backed file whose msync
+/// is not a disk write-back (on a disk-backed /tmp every psync would time the disk, not the
+/// design).
+fn scratch_dir() -> Result<PathBuf, EngineError> {
+    // Unique per Env: two stores on one file would truncate each other's mapping.
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let shm = std::path::Path::new("/dev/shm");
+    let base = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    let dir = base.join(format!("pmo-compare-{}-{seq}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
 }
 
 impl Env {
@@ -314,6 +375,10 @@ impl Env {
     /// their PMOs through.
     pub fn host(&self, config: HostConfig) -> Result<PmoHost, HostError> {
         let key = UserKey::new(KEY).map_err(|e| HostError::Store(e.into()))?;
+        let config = HostConfig {
+            device_memory_latency_ns: self.device_latency_ns,
+            ..config
+        };
         PmoHost::new(self.store.clone(), key, config)
     }
 
@@ -416,10 +481,10 @@ pub fn run_cell(
     env.next += 1;
     let name = format!("cell-{}", env.next);
     let bytes = w.pmo_bytes();
-    let suite = if integrity {
-        Suite::XtsBlake3
-    } else {
-        Suite::XtsNoMacBench
+    let suite = match (integrity, spec.design.needs_range_encryption()) {
+        (true, _) => spec.design.default_suite(),
+        (false, false) => Suite::XtsNoMacBench,
+        (false, true) => return Err(EngineError::NoIntegrityOff(spec.label)),
     };
     env.store.create_pmo_with(
         &name,
@@ -464,6 +529,7 @@ fn run_created(
         s.detach().wait()?;
     }
     let pager = Pager::new(npages * PAGE as u64, 2)?;
+    pager.set_device_memory_latency(std::time::Duration::from_nanos(env.device_latency_ns));
     let mut b = Breakdown::default();
     let mut sessions = Vec::new();
     let mut pending: Option<DetachHandle> = None;
@@ -605,6 +671,51 @@ mod tests {
                 assert_eq!(r.breakdown.sessions, 3, "{}", spec.label);
                 assert_eq!(r.sessions.len(), 3);
                 assert!(r.breakdown.psync_pages > 0);
+            }
+        }
+    }
+
+    /// LPMO's CXL columns: the file designs on the file store, the CXL designs on a real
+    /// expander store; every cell's psynced result matches plain memory, the CXL designs have
+    /// no run without integrity, and a CXL design is refused on the file store.
+    #[test]
+    fn the_cxl_figure_runs_each_design_on_its_store() {
+        let w = Workload::Lu { n: 40 };
+        let (_, want) = run_plain(&w, 1).unwrap();
+        let mut file = Env::new(w.pmo_bytes(), false).unwrap();
+        let model = crate::cxl_store::ExpanderModel {
+            cache: 4 << 20,
+            media_latency_ns: 0,
+        };
+        let mut cxl = Env::on_cxl(3 * w.pmo_bytes() as u64 + (32 << 20), 64, model, 0).unwrap();
+        let p = RunParams {
+            threads: 1,
+            cadence: 8,
+            session: 2,
+        };
+        let specs = cxl_design_specs();
+        let labels: std::collections::HashSet<_> = specs.iter().map(|(s, _)| s.label).collect();
+        assert_eq!(labels.len(), specs.len(), "labels are unique");
+        for (spec, on_cxl) in &specs {
+            assert_eq!(
+                *on_cxl,
+                spec.design.needs_range_encryption(),
+                "{}",
+                spec.label
+            );
+            let env = if *on_cxl { &mut cxl } else { &mut file };
+            let r = run_cell(env, &w, spec, true, p, want).unwrap();
+            assert_eq!(r.checksum, want, "{}", spec.label);
+            assert!(r.breakdown.faults > 0, "{}", spec.label);
+            if *on_cxl {
+                assert!(matches!(
+                    run_cell(&mut cxl, &w, spec, false, p, want),
+                    Err(EngineError::NoIntegrityOff(_))
+                ));
+                assert!(matches!(
+                    run_cell(&mut file, &w, spec, true, p, want),
+                    Err(EngineError::Store(StoreError::NeedsRangeEncryption { .. }))
+                ));
             }
         }
     }

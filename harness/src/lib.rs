@@ -11,6 +11,7 @@
 //! docs/compare.md.
 
 pub mod apps;
+pub mod cxl_store;
 pub mod engine;
 pub mod metrics;
 pub mod pmalloc;

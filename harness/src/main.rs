@@ -1,15 +1,17 @@
 //! `pmo-compare`: runs the design comparison matrix and writes compare.{md,csv} (the PNG is
 //! drawn from the CSV by scripts/plot_compare.py; scripts/compare.sh runs both).
 //!
-//! Usage: `pmo-compare [--quick | --paper-sizes] [--pm-model] [--out DIR] [--apps micro,ycsb,filebench]
-//! [--workloads a,b,..] [--threads 1,2] [--session S] [--cadence C] [--size N] [--repeat R]`
+//! Usage: `pmo-compare [--quick | --paper-sizes] [--pm-model] [--cxl [--cxl-latency NS]] [--out DIR]
+//! [--apps micro,ycsb,filebench] [--workloads a,b,..] [--threads 1,2] [--session S] [--cadence C]
+//! [--size N] [--repeat R]`
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use pmo_harness::apps::{self, App};
-use pmo_harness::engine::{self, design_specs, CellResult, Env, RunParams};
+use pmo_harness::cxl_store::ExpanderModel;
+use pmo_harness::engine::{self, cxl_design_specs, design_specs, CellResult, Env, RunParams};
 use pmo_harness::metrics;
 use pmo_harness::report::{Report, Row};
 use pmo_harness::workloads::{self, Workload};
@@ -56,7 +58,18 @@ struct Args {
     size: Option<usize>,
     /// Rounds over the matrix (each cell's median run is reported); default 3, 1 with --quick.
     repeat: Option<usize>,
+    /// LPMO's CXL figure: the CXL designs on an expander store beside O and D (micro only).
+    cxl: bool,
+    /// The expander's media latency per block for `--cxl`, in ns.
+    cxl_latency_ns: u64,
 }
+
+/// The expander of `--cxl`: Optane-like media behind one CXL hop (a 4 KiB block at about
+/// 2.5 GB/s plus the hop), the default 64 MiB device cache, and the VMM's default
+/// device-memory latency per page.
+const CXL_MEDIA_LATENCY_NS: u64 = 2_000;
+const CXL_CACHE: u64 = 64 << 20;
+const CXL_DEVMEM_LATENCY_NS: u64 = 400;
 
 /// Splits a comma list, each item one of `known`.
 fn names(
@@ -88,6 +101,8 @@ fn parse() -> Result<Args, CliError> {
         cadence: None,
         size: None,
         repeat: None,
+        cxl: false,
+        cxl_latency_ns: CXL_MEDIA_LATENCY_NS,
     };
     let all: Vec<&'static str> = workloads::NAMES
         .iter()
@@ -101,6 +116,15 @@ fn parse() -> Result<Args, CliError> {
             "--quick" => a.quick = true,
             "--paper-sizes" => a.paper_sizes = true,
             "--pm-model" => a.pm_model = true,
+            "--cxl" => a.cxl = true,
+            "--cxl-latency" => {
+                let v = val("--cxl-latency")?;
+                a.cxl_latency_ns = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n <= 1_000_000_000)
+                    .ok_or(CliError::Bad("--cxl-latency", v))?;
+            }
             "--out" => a.out = PathBuf::from(val("--out")?),
             "--apps" => a.groups = Some(names("--apps", &val("--apps")?, &GROUPS)?),
             "--workloads" => a.workloads = Some(names("--workloads", &val("--workloads")?, &all)?),
@@ -147,6 +171,9 @@ fn parse() -> Result<Args, CliError> {
     if a.quick && a.paper_sizes {
         return Err(CliError::Bad("--paper-sizes", "with --quick".to_string()));
     }
+    if a.cxl && a.paper_sizes {
+        return Err(CliError::Bad("--cxl", "with --paper-sizes".to_string()));
+    }
     Ok(a)
 }
 
@@ -176,8 +203,9 @@ impl Item {
     /// Integrity settings run at `threads`: the microbenchmarks both at one thread and with
     /// integrity beyond, and with integrity only at the papers' sizes (a cell takes up to two
     /// minutes there); the applications both everywhere.
-    fn integrities(&self, threads: usize, paper_sizes: bool) -> &'static [bool] {
+    fn integrities(&self, threads: usize, paper_sizes: bool, cxl: bool) -> &'static [bool] {
         match self {
+            _ if cxl => &[true],
             Item::Micro(_) if threads > 1 || paper_sizes => &[true],
             _ => &[false, true],
         }
@@ -245,9 +273,37 @@ fn run(a: &Args) -> Result<Report, CliError> {
         .unwrap_or(1 << 20);
     // The microbenchmarks' store (the applications make one per cell on the same medium).
     let mut env = Env::new(max, a.pm_model)?;
-    let specs = design_specs();
-    let runner = apps::Apps::new(a.quick, a.pm_model);
+    // Each design with the store it runs on (true: the expander store of `--cxl`).
+    let (specs, on_cxl): (Vec<_>, Vec<bool>) = if a.cxl {
+        cxl_design_specs().into_iter().unzip()
+    } else {
+        design_specs().into_iter().map(|s| (s, false)).unzip()
+    };
+    let mut cxl_env = if a.cxl {
+        let model = ExpanderModel {
+            cache: CXL_CACHE,
+            media_latency_ns: a.cxl_latency_ns,
+        };
+        // As `Env::new`: primaries, tree and shadow copy take a little over twice the data.
+        let len = max as u64 * 3 + (32 << 20);
+        Some(Env::on_cxl(len, 64, model, CXL_DEVMEM_LATENCY_NS)?)
+    } else {
+        None
+    };
+    let runner = match &cxl_env {
+        Some(_) => apps::Apps::new(a.quick, a.pm_model).with_cxl(
+            ExpanderModel {
+                cache: CXL_CACHE,
+                media_latency_ns: a.cxl_latency_ns,
+            },
+            CXL_DEVMEM_LATENCY_NS,
+        ),
+        None => apps::Apps::new(a.quick, a.pm_model),
+    };
     eprintln!("pmo-compare: medium: {}", env.medium);
+    if let Some(c) = &cxl_env {
+        eprintln!("pmo-compare: CXL designs on: {}", c.medium);
+    }
     // Plain-memory compute baseline (shortest) and reference checksum per (workload, threads).
     let mut compute: HashMap<(usize, usize), (u64, u64)> = HashMap::new();
     // The floors' times per (workload, threads), one per round.
@@ -293,7 +349,7 @@ fn run(a: &Args) -> Result<Report, CliError> {
                         );
                     }
                 }
-                for &integrity in item.integrities(threads, a.paper_sizes) {
+                for &integrity in item.integrities(threads, a.paper_sizes, a.cxl) {
                     for (si, spec) in specs.iter().enumerate() {
                         let key = (wi, threads, integrity, si);
                         if matches!(runs.get(&key), Some(Err(_))) {
@@ -306,7 +362,11 @@ fn run(a: &Args) -> Result<Report, CliError> {
                                     cadence: a.cadence.unwrap_or(w.default_cadence()),
                                     session: a.session,
                                 };
-                                engine::run_cell(&mut env, w, spec, integrity, p, want)
+                                let env = match (&mut cxl_env, on_cxl[si]) {
+                                    (Some(c), true) => c,
+                                    _ => &mut env,
+                                };
+                                engine::run_cell(env, w, spec, integrity, p, want)
                                     .map_err(|e| e.to_string())
                             }
                             Item::App(app) => runner
@@ -341,7 +401,11 @@ fn run(a: &Args) -> Result<Report, CliError> {
         }
     }
     let mut rep = Report {
-        medium: env.medium.clone(),
+        medium: match &cxl_env {
+            Some(c) => format!("{}; CXL designs: {}", env.medium, c.medium),
+            None => env.medium.clone(),
+        },
+        cxl: a.cxl,
         quick: a.quick,
         paper_sizes: a.paper_sizes,
         session: a.session,
@@ -369,7 +433,7 @@ fn run(a: &Args) -> Result<Report, CliError> {
             // The exact metrics need the same pages in the reference run: the applications
             // give them only single-threaded (same seed, same order).
             let exact = matches!(item, Item::Micro(_)) || threads == 1;
-            for &integrity in item.integrities(threads, a.paper_sizes) {
+            for &integrity in item.integrities(threads, a.paper_sizes, a.cxl) {
                 let mut cells: Vec<_> = (0..specs.len())
                     .map(|si| match runs.remove(&(wi, threads, integrity, si)) {
                         Some(Ok(v)) => median(v).ok_or_else(|| "not run".to_string()),

@@ -75,13 +75,16 @@ pub struct Report {
     pub workloads: Vec<&'static str>,
     /// Rounds over the matrix (each row is the median of its runs).
     pub rounds: usize,
+    /// LPMO's CXL figure (`--cxl`): O and D on the store file, the CXL designs on an expander
+    /// store, with integrity only.
+    pub cxl: bool,
 }
 
 /// The baseline the papers normalize to.
 pub const O: &str = "sp-id";
 const DEPTHS: [&str; 3] = ["d2", "d4", "d8"];
 /// The designs with a predictor.
-const PREDICTORS: [&str; 4] = ["d2", "d4", "d8", "adaptive"];
+const PREDICTORS: [&str; 6] = ["d2", "d4", "d8", "adaptive", "cl4", "cf4"];
 /// LPMO's design with and without a predictor.
 const D_ALL: [&str; 5] = ["d", "d2", "d4", "d8", "adaptive"];
 /// Table titles of the workload groups, in order.
@@ -599,6 +602,12 @@ impl Report {
                 let _ = writeln!(s, "- {}: {}", r.workload, r.params);
             }
         }
+        if self.cxl {
+            let _ = writeln!(
+                s,
+                "- LPMO's CXL figures (seed 000 Figs. 13, 14): `sp-id` (O), `d`, `d4` on the store file; `c`, `cl`, `cl4`, `cf`, `cf4` (LPMO's C, L, L4, F, F4) on the expander store, whose range key is their only cipher (suite `tee-blake3`); with integrity only (docs/compare.md)"
+            );
+        }
         let _ = writeln!(
             s,
             "\nComponents are fractions of O's (`sp-id`) total for the same workload, integrity and threads; they add up to `x O`. For the applications, compute is the floor's time of the same run phase and fault the rest of the workload phase (an estimate, docs/compare.md).\n"
@@ -623,13 +632,15 @@ impl Report {
             let _ = writeln!(s, "## Prediction quality, {t} thread(s), with integrity\n");
             let _ = writeln!(s, "{}", self.metrics_md(t, true));
         }
-        let _ = writeln!(s, "## Prediction quality, 1 thread(s), without integrity\n");
-        let _ = writeln!(s, "{}", self.metrics_md(1, false));
+        if !self.cxl {
+            let _ = writeln!(s, "## Prediction quality, 1 thread(s), without integrity\n");
+            let _ = writeln!(s, "{}", self.metrics_md(1, false));
+        }
         if self.threads().len() > 1 {
             let _ = writeln!(s, "## Thread scaling (with integrity)\n");
             let _ = writeln!(s, "{}", self.scaling_md());
         }
-        if micro {
+        if micro && !self.cxl {
             let _ = writeln!(s, "## Targets (issue 5; with integrity, 1 thread)\n");
             for (t, ok) in self.targets() {
                 let _ = writeln!(s, "- **{}** {t}", if ok { "PASS" } else { "MISS" });

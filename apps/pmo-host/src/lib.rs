@@ -75,6 +75,9 @@ pub struct HostConfig {
     pub nonblocking_detach: bool,
     /// Record every session's page sets at detach ([`PmoHost::take_sessions`]).
     pub record_sessions: bool,
+    /// What the pager charges per page moved into or out of expander device memory (design
+    /// `cf`, on a store on an expander), in ns; 0 charges nothing.
+    pub device_memory_latency_ns: u64,
 }
 
 impl Default for HostConfig {
@@ -88,6 +91,7 @@ impl Default for HostConfig {
             window: 1 << 30,
             nonblocking_detach: false,
             record_sessions: false,
+            device_memory_latency_ns: 0,
         }
     }
 }
@@ -126,6 +130,9 @@ impl PmoHost {
             pmo_policies::predictor_from_name(spec)?;
         }
         let pager = Pager::new(config.window, config.fault_threads.max(1))?;
+        pager.set_device_memory_latency(std::time::Duration::from_nanos(
+            config.device_memory_latency_ns,
+        ));
         Ok(PmoHost {
             store,
             key,

@@ -28,7 +28,9 @@ use lmdb_pmo::{Env as Lmdb, StoreBackend};
 use locked::Locked;
 use pmo_host::{HostConfig, HostError, Measurements, PmoHost, SessionRecord};
 use pmo_store::crypto::{KdfParams, Suite};
-use pmo_store::Design;
+use pmo_store::{Design, StoreError};
+
+use crate::cxl_store::ExpanderModel;
 
 use crate::engine::{
     Breakdown, CellResult, DesignSpec, EngineError, Env, EstCounters, SessionPages,
@@ -228,14 +230,18 @@ fn host_config(
         window: 1 << 30,
         nonblocking_detach: measured,
         record_sessions: record,
+        // Set by `Env::host` from the store it runs on.
+        device_memory_latency_ns: 0,
     }
 }
 
-fn suite(integrity: bool) -> Suite {
-    if integrity {
-        Suite::XtsBlake3
-    } else {
-        Suite::XtsNoMacBench
+/// The suite of a cell's PMOs: the design's own with integrity (the range key alone for the
+/// CXL designs), the no-MAC benchmark suite without.
+fn suite(spec: &DesignSpec, integrity: bool) -> Result<Suite, AppError> {
+    match (integrity, spec.design.needs_range_encryption()) {
+        (true, _) => Ok(spec.design.default_suite()),
+        (false, false) => Ok(Suite::XtsNoMacBench),
+        (false, true) => Err(EngineError::NoIntegrityOff(spec.label).into()),
     }
 }
 
@@ -245,6 +251,8 @@ fn suite(integrity: bool) -> Suite {
 pub struct Apps {
     quick: bool,
     pm_model: bool,
+    /// The expander the CXL designs' cells run on, and its device-memory latency per page.
+    cxl: Option<(ExpanderModel, u64)>,
     image: std::sync::Mutex<Option<Arc<Vec<u8>>>>,
 }
 
@@ -254,8 +262,34 @@ impl Apps {
         Apps {
             quick,
             pm_model,
+            cxl: None,
             image: std::sync::Mutex::new(None),
         }
+    }
+
+    /// The same runner, with the CXL designs' cells on a store on an expander of `model`
+    /// whose device memory costs `devmem_ns` per page (`pmo-compare --cxl`).
+    pub fn with_cxl(self, model: ExpanderModel, devmem_ns: u64) -> Apps {
+        Apps {
+            cxl: Some((model, devmem_ns)),
+            ..self
+        }
+    }
+
+    /// A store of `len` bytes with `slots` PMO slots for `spec`: on the expander for a CXL
+    /// design, else on a file.
+    fn env_for(&self, spec: &DesignSpec, len: u64, slots: u32) -> Result<Env, AppError> {
+        if !spec.design.needs_range_encryption() {
+            return Ok(Env::sized(len, slots, self.pm_model)?);
+        }
+        let Some((model, devmem)) = self.cxl else {
+            return Err(EngineError::Store(StoreError::NeedsRangeEncryption {
+                name: spec.label.to_string(),
+                what: format!("design {}", spec.design.name()),
+            })
+            .into());
+        };
+        Ok(Env::on_cxl(len, slots, model, devmem)?)
     }
 
     /// YCSB's database after the load phase: LMDB's data file, loaded once on a file.
@@ -291,12 +325,12 @@ impl Apps {
             App::Ycsb(w) => {
                 let s = ycsb_lmdb::YcsbScale::preset(self.quick);
                 let image = self.ycsb_image(&s)?;
-                let env = Env::sized(s.map_size() as u64 * 3 + (64 << 20), 64, self.pm_model)?;
+                let env = self.env_for(spec, s.map_size() as u64 * 3 + (64 << 20), 64)?;
                 let cell = YcsbCell {
                     env: &env,
                     w,
                     spec,
-                    suite: suite(integrity),
+                    suite: suite(spec, integrity)?,
                     threads,
                     s: &s,
                     record,
@@ -306,8 +340,8 @@ impl Apps {
             App::Filebench(p) => {
                 let c = fb::config(p, threads, self.quick);
                 let (len, slots) = fb::store_size(&c);
-                let env = Env::sized(len, slots, self.pm_model)?;
-                fb_cell(&env, spec, suite(integrity), &c, record, hook)?
+                let env = self.env_for(spec, len, slots)?;
+                fb_cell(&env, spec, suite(spec, integrity)?, &c, record, hook)?
             }
         };
         Ok(run.cell(app.overlap(threads)))

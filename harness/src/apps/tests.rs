@@ -56,6 +56,39 @@ fn every_filebench_personality_runs_on_every_design_and_checks() {
     every_design(&apps);
 }
 
+/// `pmo-compare --cxl`: the CXL designs' cells of every application run on a store on an
+/// emulated expander and check; without an expander, or without integrity, they are refused.
+#[test]
+fn the_cxl_designs_run_every_application_on_an_expander_store() {
+    let model = crate::cxl_store::ExpanderModel {
+        cache: 8 << 20,
+        media_latency_ns: 0,
+    };
+    let runner = Apps::new(true, false).with_cxl(model, 0);
+    let file_only = Apps::new(true, false);
+    let cxl_specs: Vec<_> = crate::engine::cxl_design_specs()
+        .into_iter()
+        .filter(|(_, on_cxl)| *on_cxl)
+        .map(|(s, _)| s)
+        .collect();
+    let apps = [
+        App::Ycsb(ycsb::Workload::A),
+        App::Filebench(Personality::Varmail),
+    ];
+    for app in apps {
+        for spec in &cxl_specs {
+            let r = runner
+                .run_cell(app, spec, true, 1, &mut nothing)
+                .unwrap_or_else(|e| panic!("{} {}: {e}", app.name(), spec.label));
+            assert!(r.breakdown.sessions > 0, "{} {}", app.name(), spec.label);
+            assert!(runner.run_cell(app, spec, false, 1, &mut nothing).is_err());
+            assert!(file_only
+                .run_cell(app, spec, true, 1, &mut nothing)
+                .is_err());
+        }
+    }
+}
+
 #[test]
 fn the_floors_run_and_check() {
     let runner = Apps::new(true, false);

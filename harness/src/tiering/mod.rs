@@ -14,12 +14,11 @@ pub mod report;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
-use cxl_t3::expander::{CxlMedium, Expander, ExpanderConfig};
-use pmo_store::crypto::{ExtentKeyring, KdfParams, Suite, UserKey, PAGE};
-use pmo_store::{CreateOptions, Design, Perm, Store, StoreOptions};
+use crate::cxl_store::{expander_store, CxlStoreError, ExpanderModel};
+use pmo_store::crypto::{Suite, UserKey, PAGE};
+use pmo_store::{CreateOptions, Design, Perm, Store};
 use pmo_virtio::pager::Pager;
 use pmo_virtio::source::Attachment;
 
@@ -29,14 +28,13 @@ use access::{Pages, Rng};
 pub const MARKER: &[u8; 16] = b"PMO-TIER-MARKER!";
 
 const KEY: &[u8] = b"tiering evaluation key";
-const MASTER: &[u8; 32] = b"tiering evaluation master key 32";
 
 /// Errors of a tiering cell.
 #[derive(Debug, thiserror::Error)]
 pub enum TieringError {
-    /// The expander failed.
-    #[error("expander: {0}")]
-    Expander(#[from] cxl_t3::expander::ExpanderError),
+    /// The expander store could not be made.
+    #[error("{0}")]
+    CxlStore(#[from] CxlStoreError),
     /// The store failed.
     #[error("store: {0}")]
     Store(#[from] pmo_store::StoreError),
@@ -140,35 +138,18 @@ impl TierEnv {
     pub fn new(max_pmo: u64, cache: u64, latency_ns: u64) -> Result<Self, TieringError> {
         let dir = std::env::temp_dir().join(format!("pmo-tiering-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
-        let media = dir.join("media.img");
-        let _ = std::fs::remove_file(&media);
-        // The store keeps a primary and a shadow per PMO plus its tables; 256 MiB steps.
-        let size = (max_pmo.saturating_mul(4) + (64 << 20)).div_ceil(256 << 20) * (256 << 20);
-        let cfg = ExpanderConfig {
-            cache_bytes: cache,
+        let model = ExpanderModel {
+            cache,
             media_latency_ns: latency_ns,
-            ..ExpanderConfig::new(&media, size)
         };
-        let expander = Expander::open(&cfg)?;
-        let medium = Arc::new(CxlMedium::new(expander).with_keyring(ExtentKeyring::new(MASTER)?));
-        let store = Store::create(
-            medium,
-            StoreOptions {
-                slots: Some(16),
-                kdf: KdfParams::INSECURE_FAST,
-                ..Default::default()
-            },
-        )?;
+        // A primary and a shadow copy per PMO plus the tables.
+        let len = max_pmo.saturating_mul(4) + (64 << 20);
+        let (store, media, medium) = expander_store(&dir, len, 16, model)?;
         Ok(Self {
             store,
             key: UserKey::new(KEY)?,
             dir,
-            medium: format!(
-                "emulated CXL expander: {} MiB media file, {} MiB device cache, {} ns media latency per fill and write-back, per-PMO XTS-256 range keys",
-                size >> 20,
-                cache >> 20,
-                latency_ns
-            ),
+            medium,
             media,
             next: 0,
         })
