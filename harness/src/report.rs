@@ -647,7 +647,12 @@ impl Report {
             }
             let _ = writeln!(s);
         }
-        let apps = self.app_targets();
+        // The application targets compare designs a `--cxl` run does not have.
+        let apps = if self.cxl {
+            Vec::new()
+        } else {
+            self.app_targets()
+        };
         if !apps.is_empty() {
             let _ = writeln!(
                 s,

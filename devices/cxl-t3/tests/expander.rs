@@ -103,6 +103,106 @@ fn keyed_ranges_never_reach_media_in_plaintext() {
     }
 }
 
+/// A key change on a range smaller than the cache's set count (a PMO extent) looks each
+/// block up in its own set: the range's dirty blocks are still written back under the old
+/// key and dropped, and blocks outside the range keep their data.
+#[test]
+fn a_key_change_on_a_small_range_drains_exactly_its_blocks() {
+    let path = tmp("small-range");
+    // 64 sets of one way: a 4-block range spans 4 of them.
+    let x = Expander::open(&config(path.clone(), 2 << 20, 64, 1)).unwrap();
+    x.set_range_key(3, 4 * BLOCK, 8 * BLOCK, &KEY256).unwrap();
+    let (inside, outside) = (
+        b"inside-the-small-range-marker",
+        b"outside-the-range-marker-xyz!",
+    );
+    for b in 4..8 {
+        poke(&x, b * BLOCK, inside);
+    }
+    for b in [2u64, 9, 68] {
+        poke(&x, b * BLOCK, outside);
+    }
+    x.clear_range_key(3).unwrap();
+    for b in 4..8 {
+        let mut got = vec![0u8; inside.len()];
+        x.read(b * BLOCK, &mut got).unwrap();
+        assert_ne!(got, inside, "block {b} was not drained under its key");
+    }
+    for b in [2u64, 9, 68] {
+        assert_eq!(peek(&x, b * BLOCK, outside.len()), outside, "block {b}");
+    }
+    x.set_range_key(4, 4 * BLOCK, 8 * BLOCK, &KEY256).unwrap();
+    for b in 4..8 {
+        assert_eq!(peek(&x, b * BLOCK, inside.len()), inside, "block {b}");
+    }
+    x.shutdown().unwrap();
+    drop(x);
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Zeroing a range: whole blocks go to the media as zero blocks without a fill (cached ones,
+/// dirty or clean, are dropped, not written back), partial ends through the cache; the range
+/// reads as zeros, keyed or not, also after a reopen; its neighbours keep their bytes.
+#[test]
+fn zeroing_a_range_drops_its_blocks_and_reads_as_zeros_after_a_reopen() {
+    let path = tmp("zero");
+    let marker = b"zero-test-marker-0123456789abcdef";
+    let size = 2 << 20;
+    {
+        let x = Expander::open(&config(path.clone(), size, 64, 8)).unwrap();
+        x.set_range_key(1, 8 * BLOCK, 24 * BLOCK, &KEY256).unwrap();
+        for b in 0..32 {
+            poke(&x, b * BLOCK, marker);
+            poke(&x, b * BLOCK + BLOCK - 64, marker);
+        }
+        // Some on media only, some dirty in the cache.
+        x.flush().unwrap();
+        for b in 10..14 {
+            poke(&x, b * BLOCK + 100, marker);
+        }
+        let fills = x.stats().fills;
+        // From the middle of block 4 to the middle of block 20.
+        let (start, end) = (4 * BLOCK + 2048, 20 * BLOCK + 2048);
+        x.zero(start, end - start).unwrap();
+        assert!(
+            x.stats().fills - fills <= 2,
+            "whole blocks were zeroed without fills"
+        );
+        x.persist(start, end - start).unwrap();
+        let mut got = vec![0xffu8; (end - start) as usize];
+        x.read(start, &mut got).unwrap();
+        assert!(
+            got.iter().all(|b| *b == 0),
+            "the zeroed range reads as zeros"
+        );
+        assert_eq!(
+            peek(&x, 4 * BLOCK, marker.len()),
+            marker,
+            "head of block 4 kept"
+        );
+        assert_eq!(peek(&x, 21 * BLOCK, marker.len()), marker, "block 21 kept");
+        x.shutdown().unwrap();
+    }
+    let x = Expander::open(&config(path.clone(), size, 64, 8)).unwrap();
+    x.set_range_key(1, 8 * BLOCK, 24 * BLOCK, &KEY256).unwrap();
+    for b in 5..20 {
+        assert_eq!(peek(&x, b * BLOCK + 100, 64), vec![0u8; 64], "block {b}");
+    }
+    assert_eq!(peek(&x, 3 * BLOCK, marker.len()), marker);
+    assert_eq!(
+        peek(&x, 22 * BLOCK, marker.len()),
+        marker,
+        "keyed neighbour"
+    );
+    assert!(matches!(
+        x.zero(size - BLOCK, 2 * BLOCK),
+        Err(ExpanderError::OutOfRange { .. })
+    ));
+    x.shutdown().unwrap();
+    drop(x);
+    let _ = std::fs::remove_file(&path);
+}
+
 #[test]
 fn cleared_key_reads_as_ciphertext_and_the_key_brings_it_back() {
     let path = tmp("clear");

@@ -95,6 +95,42 @@ impl CachedMedia {
         Ok(())
     }
 
+    /// Zeroes DPA bytes. Whole blocks are zeroed on the media directly, as a device's
+    /// zeroing command does: dropped from the cache without a write-back, then written to the
+    /// media as the all-zero block, which reads as zeros whether or not its range is keyed
+    /// (one charged media write per block, no fill, no cipher). Partial blocks at the ends go
+    /// through the cache as a write. Durable after [`Expander::persist`] or
+    /// [`Expander::flush`], like a write.
+    pub fn zero(&self, dpa: u64, len: u64) -> Result<(), ExpanderError> {
+        self.check(dpa, len)?;
+        let end = dpa + len;
+        let (first, last) = (dpa.div_ceil(BLOCK), end / BLOCK);
+        if first >= last {
+            return self.write(dpa, &vec![0u8; len as usize]);
+        }
+        let zeros = [0u8; PAGE];
+        if dpa < first * BLOCK {
+            self.write(dpa, &zeros[..(first * BLOCK - dpa) as usize])?;
+        }
+        if last * BLOCK < end {
+            self.write(last * BLOCK, &zeros[..(end - last * BLOCK) as usize])?;
+        }
+        let _cfg = self.reconfig_shared();
+        // The media changes: a recorded clean shutdown no longer holds.
+        self.note_dirty()?;
+        for b in first..last {
+            let _set = self.set_lock(b);
+            if self.model.locked().remove(b).is_some() {
+                self.discard_locked(b);
+            }
+            if let Err(e) = self.media.write_block(b, &zeros) {
+                self.media_errors.fetch_add(1, Ordering::Relaxed);
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+
     /// Writes back one set's dirty blocks that `pick` selects; they stay
     /// resident, clean. Caller holds the reconfiguration lock.
     pub(super) fn write_back_set(
@@ -204,24 +240,58 @@ impl CachedMedia {
         let range = start / BLOCK..end.div_ceil(BLOCK);
         let mut buf = Box::new([0u8; PAGE]);
         let sets = self.model.locked().sets();
-        for set in 0..sets {
-            let Some(l) = self.set_locks.get(set as usize) else {
-                continue;
-            };
-            let _set = l.locked();
-            let lines = self.model.locked().set_lines(set);
-            for (b, dirty) in lines {
-                if !range.contains(&b) {
+        let mut wrote_back = false;
+        if range.end.saturating_sub(range.start) < sets {
+            // A range smaller than the cache (a PMO extent): look each of its blocks up in
+            // its own set instead of walking every set (a PMO create or destroy would cost
+            // a pass over the whole cache otherwise).
+            for b in range {
+                let set = self.model.locked().set_of(b);
+                let Some(l) = self.set_locks.get(set as usize) else {
                     continue;
+                };
+                let _set = l.locked();
+                let Some(dirty) = self.model.locked().lookup(b) else {
+                    continue;
+                };
+                wrote_back |= self.drain_block_locked(b, dirty, tee, &mut buf)?;
+            }
+        } else {
+            for set in 0..sets {
+                let Some(l) = self.set_locks.get(set as usize) else {
+                    continue;
+                };
+                let _set = l.locked();
+                let lines = self.model.locked().set_lines(set);
+                for (b, dirty) in lines {
+                    if range.contains(&b) {
+                        wrote_back |= self.drain_block_locked(b, dirty, tee, &mut buf)?;
+                    }
                 }
-                if dirty {
-                    self.write_back_locked(b, tee, &mut buf)?;
-                    self.model.locked().clean(b);
-                }
-                self.discard_locked(b);
-                self.model.locked().remove(b);
             }
         }
-        Ok(self.media.sync()?)
+        // Only what was written back needs to be made durable.
+        if wrote_back {
+            self.media.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Writes cached block `b` back if `dirty` and drops it (under its set lock); true if it
+    /// was written back.
+    fn drain_block_locked(
+        &self,
+        b: u64,
+        dirty: bool,
+        tee: &RangeTable,
+        buf: &mut [u8; PAGE],
+    ) -> Result<bool, ExpanderError> {
+        if dirty {
+            self.write_back_locked(b, tee, buf)?;
+            self.model.locked().clean(b);
+        }
+        self.discard_locked(b);
+        self.model.locked().remove(b);
+        Ok(dirty)
     }
 }

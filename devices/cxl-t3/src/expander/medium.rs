@@ -117,6 +117,13 @@ impl Medium for CxlMedium {
             .map_err(|e| to_medium("cxl persist", e))
     }
 
+    fn zero(&self, off: u64, len: u64) -> Result<(), MediumError> {
+        check_range(self.len, off, len)?;
+        self.exp
+            .zero(self.base + off, len)
+            .map_err(|e| to_medium("cxl zero", e))
+    }
+
     fn extent_in_use(&self, slot: u32, off: u64, len: u64) -> Result<(), MediumError> {
         let Some(keys) = &self.keys else {
             return Ok(());

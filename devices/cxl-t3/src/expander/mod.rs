@@ -345,6 +345,12 @@ impl Expander {
         self.memory.write(dpa, data)
     }
 
+    /// Zeroes `[dpa, dpa + len)`: whole blocks on the media directly, without filling them
+    /// (see the host path's `zero`); durable after [`Expander::persist`].
+    pub fn zero(&self, dpa: u64, len: u64) -> Result<(), ExpanderError> {
+        self.memory.zero(dpa, len)
+    }
+
     /// Writes the dirty blocks covering `[dpa, dpa + len)` back to media and syncs it.
     pub fn persist(&self, dpa: u64, len: u64) -> Result<(), ExpanderError> {
         self.memory.persist(dpa, len)
