@@ -356,7 +356,12 @@ impl Env {
 /// is not a disk write-back (on a disk-backed /tmp every psync would time the disk, not the
 /// design).
 fn scratch_dir() -> Result<PathBuf, EngineError> {
-    // Unique per Env: two stores on one file would truncate each other's mapping.
+    Ok(new_scratch_dir("store")?)
+}
+
+/// A new directory `pmo-compare-PID-TAG-N` on tmpfs when there is one (unique per call: two
+/// stores on one file would truncate each other's mapping).
+pub(crate) fn new_scratch_dir(tag: &str) -> std::io::Result<PathBuf> {
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let shm = std::path::Path::new("/dev/shm");
@@ -365,9 +370,20 @@ fn scratch_dir() -> Result<PathBuf, EngineError> {
     } else {
         std::env::temp_dir()
     };
-    let dir = base.join(format!("pmo-compare-{}-{seq}", std::process::id()));
+    let dir = base.join(format!("pmo-compare-{}-{tag}-{seq}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
+}
+
+/// The suite of a cell's PMOs: the design's own with integrity (the range key alone for the
+/// CXL designs), the no-MAC benchmark suite without (which the CXL designs have not: their
+/// tag is their integrity).
+pub(crate) fn cell_suite(spec: &DesignSpec, integrity: bool) -> Result<Suite, EngineError> {
+    match (integrity, spec.design.needs_range_encryption()) {
+        (true, _) => Ok(spec.design.default_suite()),
+        (false, false) => Ok(Suite::XtsNoMacBench),
+        (false, true) => Err(EngineError::NoIntegrityOff(spec.label)),
+    }
 }
 
 impl Env {
@@ -481,11 +497,7 @@ pub fn run_cell(
     env.next += 1;
     let name = format!("cell-{}", env.next);
     let bytes = w.pmo_bytes();
-    let suite = match (integrity, spec.design.needs_range_encryption()) {
-        (true, _) => spec.design.default_suite(),
-        (false, false) => Suite::XtsNoMacBench,
-        (false, true) => return Err(EngineError::NoIntegrityOff(spec.label)),
-    };
+    let suite = cell_suite(spec, integrity)?;
     env.store.create_pmo_with(
         &name,
         bytes as u64,

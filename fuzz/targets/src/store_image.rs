@@ -313,15 +313,8 @@ fn edit_record_field(r: &mut Record, inp: &mut Input) {
             r.name = (0..n).map(|_| char::from(b'a' + inp.u8() % 26)).collect();
         }
         _ => {
-            let designs = [
-                Design::Wedi,
-                Design::BpIp,
-                Design::BpId,
-                Design::SpIp,
-                Design::SpId,
-                Design::D,
-            ];
-            r.design = *inp.pick(&designs);
+            // The CXL designs too: on this file medium the store must refuse them.
+            r.design = *inp.pick(&Design::ALL);
             r.keys.suite = *inp.pick(Suite::ALL);
         }
     }

@@ -19,7 +19,7 @@
 pub mod fb;
 pub mod ycsb_lmdb;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -235,14 +235,8 @@ fn host_config(
     }
 }
 
-/// The suite of a cell's PMOs: the design's own with integrity (the range key alone for the
-/// CXL designs), the no-MAC benchmark suite without.
 fn suite(spec: &DesignSpec, integrity: bool) -> Result<Suite, AppError> {
-    match (integrity, spec.design.needs_range_encryption()) {
-        (true, _) => Ok(spec.design.default_suite()),
-        (false, false) => Ok(Suite::XtsNoMacBench),
-        (false, true) => Err(EngineError::NoIntegrityOff(spec.label).into()),
-    }
+    Ok(crate::engine::cell_suite(spec, integrity)?)
 }
 
 /// Runs the application cells and floors of one comparison at one size: quick or full, on the
@@ -501,17 +495,7 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(tag: &str) -> Result<Scratch, AppError> {
-        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let shm = Path::new("/dev/shm");
-        let base = if shm.is_dir() {
-            shm.to_path_buf()
-        } else {
-            std::env::temp_dir()
-        };
-        let dir = base.join(format!("pmo-compare-{}-{tag}-{seq}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        Ok(Scratch(dir))
+        Ok(Scratch(crate::engine::new_scratch_dir(tag)?))
     }
 }
 
