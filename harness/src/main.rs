@@ -279,25 +279,23 @@ fn run(a: &Args) -> Result<Report, CliError> {
     } else {
         design_specs().into_iter().map(|s| (s, false)).unzip()
     };
-    let mut cxl_env = if a.cxl {
-        let model = ExpanderModel {
-            cache: CXL_CACHE,
-            media_latency_ns: a.cxl_latency_ns,
-        };
+    // The expander of the CXL designs: the microbenchmarks' store and each application cell's.
+    let cxl_model = a.cxl.then_some(ExpanderModel {
+        cache: CXL_CACHE,
+        media_latency_ns: a.cxl_latency_ns,
+    });
+    let mut cxl_env = match cxl_model {
         // As `Env::new`: primaries, tree and shadow copy take a little over twice the data.
-        let len = max as u64 * 3 + (32 << 20);
-        Some(Env::on_cxl(len, 64, model, CXL_DEVMEM_LATENCY_NS)?)
-    } else {
-        None
-    };
-    let runner = match &cxl_env {
-        Some(_) => apps::Apps::new(a.quick, a.pm_model).with_cxl(
-            ExpanderModel {
-                cache: CXL_CACHE,
-                media_latency_ns: a.cxl_latency_ns,
-            },
+        Some(model) => Some(Env::on_cxl(
+            max as u64 * 3 + (32 << 20),
+            64,
+            model,
             CXL_DEVMEM_LATENCY_NS,
-        ),
+        )?),
+        None => None,
+    };
+    let runner = match cxl_model {
+        Some(model) => apps::Apps::new(a.quick, a.pm_model).with_cxl(model, CXL_DEVMEM_LATENCY_NS),
         None => apps::Apps::new(a.quick, a.pm_model),
     };
     eprintln!("pmo-compare: medium: {}", env.medium);

@@ -246,11 +246,7 @@ impl CachedMedia {
             // its own set instead of walking every set (a PMO create or destroy would cost
             // a pass over the whole cache otherwise).
             for b in range {
-                let set = self.model.locked().set_of(b);
-                let Some(l) = self.set_locks.get(set as usize) else {
-                    continue;
-                };
-                let _set = l.locked();
+                let _set = self.set_lock(b);
                 let Some(dirty) = self.model.locked().lookup(b) else {
                     continue;
                 };
