@@ -20,11 +20,17 @@
 //! One thread touches each page once, sequentially; each touch is timed from just before the
 //! access to just after it returns (the whole round trip). Per variant the report gives the
 //! median over rounds of each round's p50 with the interquartile range of those p50s, the p99
-//! of all touches, and the ratio to `uffd spinning` taken within each round (median and IQR
+//! and the mean of all touches (the mean is what a walk's throughput sees), and the ratio to `uffd spinning` taken within each round (median and IQR
 //! over rounds). The load average before and after says how quiet the machine was.
 //!
 //! Run: `cargo bench -p pmo-virtio --bench fault` (env `PMO_BENCH_PAGES`, default 1024 pages
-//! per variant and round; `PMO_BENCH_ROUNDS`, default 15). `cargo test --benches` runs it tiny.
+//! per variant and round; `PMO_BENCH_ROUNDS`, default 15; `PMO_BENCH_CPU=N` runs every thread
+//! on CPU N). `cargo test --benches` runs it tiny.
+//!
+//! Two modes show up here. When the toucher and the thread serving it run on different CPUs,
+//! every wake-up of the toucher's idle CPU costs about 8 us on this (virtualized) host, and
+//! whole rounds land at about 16 us instead of 7-8 us for every userfaultfd variant; the
+//! interquartile ranges show it. With `PMO_BENCH_CPU` the layout is fixed and the spread small.
 
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
@@ -241,8 +247,8 @@ impl Drop for Fixture {
 const KEY: [u8; 64] = [7u8; 64];
 
 /// The variants, in table order; `SPIN` is the yardstick. The pager runs with the VMM's two
-/// fault threads and, beside it, with one (one toucher here, so one thread can serve it; two
-/// spinning fault threads and the toucher share this host's two CPUs).
+/// fault threads and, beside it, with one (one toucher here, so one thread can serve it; the
+/// second must stay asleep rather than share the host's two CPUs with the toucher).
 const NAMES: [&str; 9] = [
     "anon first touch (write)",
     "uffd blocking (poll), copy",
@@ -289,6 +295,23 @@ fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
     (quantile(&v, 0.5), quantile(&v, 0.25), quantile(&v, 0.75))
 }
 
+/// Runs this thread, and every thread it starts from now on, on CPU `cpu` only.
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it (it ignores
+    // indices past the set's size), and sched_setaffinity only reads it.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    assert_eq!(
+        r,
+        0,
+        "pin to CPU {cpu}: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -306,6 +329,12 @@ fn main() {
             .unwrap_or(default)
     };
     let pages = env("PMO_BENCH_PAGES", if quick { 64 } else { 1024 });
+    let cpu = std::env::var("PMO_BENCH_CPU")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok());
+    if let Some(cpu) = cpu {
+        pin_to(cpu);
+    }
     let rounds = env("PMO_BENCH_ROUNDS", if quick { 2 } else { 15 }) as usize;
     let fx = Fixture::new(pages);
     let load_before = loadavg();
@@ -324,11 +353,21 @@ fn main() {
     let load_after = loadavg();
     println!(
         "\nhost-side fault latency: {rounds} rounds x {pages} pages per variant, variants \
-         interleaved (order rotated each round); load average before {load_before}, after {load_after}"
+         interleaved (order rotated each round); {}; load average before {load_before}, after {load_after}",
+        match cpu {
+            Some(c) => format!("every thread on CPU {c}"),
+            None => "threads placed by the scheduler".into(),
+        }
     );
     println!(
-        "{:<34} {:>9} {:>19} {:>9} {:>8} {:>15}",
-        "variant", "p50 (us)", "IQR of p50s (us)", "p99 (us)", "/ spin", "IQR of / spin"
+        "{:<34} {:>9} {:>19} {:>9} {:>10} {:>8} {:>15}",
+        "variant",
+        "p50 (us)",
+        "IQR of p50s (us)",
+        "p99 (us)",
+        "mean (us)",
+        "/ spin",
+        "IQR of / spin"
     );
     let ratios = |v: usize| -> Vec<f64> {
         (0..rounds)
@@ -341,13 +380,15 @@ fn main() {
         let (r, r1, r3) = spread(ratios(v));
         all[v].sort_unstable();
         let p99 = all[v][(all[v].len() - 1) * 99 / 100] as f64;
+        let mean = all[v].iter().sum::<u64>() as f64 / all[v].len() as f64;
         println!(
-            "{:<34} {:>9.2} {:>8.2} - {:>8.2} {:>9.2} {:>7.2}x {:>6.2} - {:>5.2}",
+            "{:<34} {:>9.2} {:>8.2} - {:>8.2} {:>9.2} {:>10.2} {:>7.2}x {:>6.2} - {:>5.2}",
             name,
             m / 1e3,
             q1 / 1e3,
             q3 / 1e3,
             p99 / 1e3,
+            mean / 1e3,
             r,
             r1,
             r3

@@ -23,6 +23,7 @@ pub struct SessionSource {
     writable: bool,
     /// The session's design keeps its working copy in device memory (LPMO CF).
     on_device: bool,
+    fill_waits: bool,
 }
 
 impl SessionSource {
@@ -30,6 +31,7 @@ impl SessionSource {
     pub fn new(session: Session, writable: bool) -> Self {
         SessionSource {
             on_device: session.design().working_copy_on_device(),
+            fill_waits: session.reads_wait(),
             session: RwLock::new(Some(session)),
             writable,
         }
@@ -70,6 +72,10 @@ impl PageSource for SessionSource {
 
     fn working_copy_on_device(&self) -> bool {
         self.on_device
+    }
+
+    fn fill_waits(&self) -> bool {
+        self.fill_waits
     }
 }
 

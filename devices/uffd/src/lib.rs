@@ -12,7 +12,7 @@ mod server;
 
 pub use fd::{Fault, Install, Uffd};
 pub use map::{Access, AnonMap};
-pub use server::{FaultHandler, FaultServer, SPIN_AFTER_FAULT};
+pub use server::{FaultHandler, FaultServer, Watch, SPIN_AFTER_FAULT};
 
 /// The base page size userfaultfd reports and installs at (x86-64).
 pub const PAGE_SIZE: u64 = 4096;

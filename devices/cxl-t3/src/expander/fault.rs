@@ -106,7 +106,13 @@ impl CachedMedia {
 
     /// Serves one guest (or host-thread) fault on the DPA space (the body of
     /// [`FaultHandler::handle`]).
-    pub(super) fn serve_fault(&self, f: Fault, buf: &mut Page, vbuf: &mut Page) {
+    pub(super) fn serve_fault(
+        &self,
+        f: Fault,
+        buf: &mut Page,
+        vbuf: &mut Page,
+        watch: &mut Watch<'_>,
+    ) {
         let base = self.host_addr();
         if f.address < base || f.address >= base + self.size {
             return;
@@ -143,6 +149,9 @@ impl CachedMedia {
                 if f.wp {
                     self.raced_evictions.fetch_add(1, Ordering::Relaxed);
                 }
+                // A fill waits for the media (and maybe a write-back): let another
+                // thread serve faults on other sets meanwhile.
+                watch.hand_off();
                 let tee = self.tee_read();
                 self.fill_locked(block, f.write || f.wp, &tee, buf, vbuf)
             }

@@ -158,6 +158,10 @@ impl Medium for CxlMedium {
         self.exp.range_key(id) == Some((self.base + off, self.base + end))
     }
 
+    fn reads_wait(&self) -> bool {
+        !self.exp.media_latency().is_zero()
+    }
+
     fn extent_released(&self, slot: u32) -> Result<(), MediumError> {
         if self.keys.is_none() {
             return Ok(());

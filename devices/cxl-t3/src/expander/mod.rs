@@ -46,7 +46,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use pmo_store::crypto::wipe;
-use uffd::{AnonMap, Fault, FaultHandler, FaultServer, Install, Uffd};
+use uffd::{AnonMap, Fault, FaultHandler, FaultServer, Install, Uffd, Watch};
 
 use crate::cache::{CacheError, CacheModel, CacheStats, BLOCK, DEFAULT_WAYS};
 use crate::media::{Media, MediaError};
@@ -377,6 +377,11 @@ impl Expander {
         self.memory.set_range_key(id, dpa_start, dpa_end, key)
     }
 
+    /// The latency charged per media block transfer (fill or write-back).
+    pub fn media_latency(&self) -> Duration {
+        self.memory.media.latency()
+    }
+
     /// The DPA range of TEE range `id`, if it is programmed.
     pub fn range_key(&self, id: u16) -> Option<(u64, u64)> {
         self.memory.range_key(id)
@@ -405,8 +410,8 @@ impl FaultHandler for CachedMedia {
         (Box::new([0u8; PAGE]), Box::new([0u8; PAGE]))
     }
 
-    fn handle(&self, fault: Fault, (buf, vbuf): &mut Self::Scratch) {
-        self.serve_fault(fault, buf, vbuf);
+    fn handle(&self, fault: Fault, (buf, vbuf): &mut Self::Scratch, watch: &mut Watch<'_>) {
+        self.serve_fault(fault, buf, vbuf, watch);
     }
 }
 

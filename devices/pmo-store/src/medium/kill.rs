@@ -69,6 +69,9 @@ impl<M: Medium> Medium for KillInPsync<M> {
     fn extent_encrypted(&self, slot: u32, off: u64, len: u64) -> bool {
         self.inner.extent_encrypted(slot, off, len)
     }
+    fn reads_wait(&self) -> bool {
+        self.inner.reads_wait()
+    }
     fn extent_released(&self, slot: u32) -> Result<(), MediumError> {
         self.inner.extent_released(slot)
     }

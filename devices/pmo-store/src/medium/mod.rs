@@ -99,6 +99,11 @@ pub trait Medium: Send + Sync {
     fn extent_encrypted(&self, _slot: u32, _off: u64, _len: u64) -> bool {
         false
     }
+    /// True when a read may wait for modelled device time (media behind a device cache),
+    /// long enough that a fault thread should let another serve faults meanwhile.
+    fn reads_wait(&self) -> bool {
+        false
+    }
 }
 
 /// Validates an access against the medium length without overflow.
@@ -136,5 +141,8 @@ impl<M: Medium + ?Sized> Medium for std::sync::Arc<M> {
     }
     fn extent_encrypted(&self, slot: u32, off: u64, len: u64) -> bool {
         (**self).extent_encrypted(slot, off, len)
+    }
+    fn reads_wait(&self) -> bool {
+        (**self).reads_wait()
     }
 }

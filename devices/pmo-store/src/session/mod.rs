@@ -213,6 +213,12 @@ impl Session {
         self.attachment().pmo.npages
     }
 
+    /// True when reading a page may wait for modelled media time
+    /// ([`crate::medium::Medium::reads_wait`]).
+    pub fn reads_wait(&self) -> bool {
+        self.attachment().store.medium.reads_wait()
+    }
+
     /// The design this session runs.
     pub fn design(&self) -> Design {
         self.attachment().design

@@ -940,6 +940,7 @@ fn touch(s: &PmoService, off: u64, page: u64, write: bool) {
             tid: 1,
         },
         &mut buf,
+        &mut uffd::Watch::outside_server(),
     );
 }
 

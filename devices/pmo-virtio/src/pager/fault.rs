@@ -58,7 +58,7 @@ impl Pager {
     }
 
     /// Serves one fault (the body of [`FaultHandler::handle`]).
-    pub(super) fn serve_fault(&self, f: Fault, buf: &mut [u8; PAGE]) {
+    pub(super) fn serve_fault(&self, f: Fault, buf: &mut [u8; PAGE], watch: &mut Watch<'_>) {
         let start = Instant::now();
         let base = self.host_addr();
         if f.address < base || f.address >= base + self.size() {
@@ -144,6 +144,9 @@ impl Pager {
             slice.expire_staged(now);
             self.enforce_budget();
             return;
+        }
+        if slice.source.fill_waits() {
+            watch.hand_off();
         }
         match slice.source.fill(page, buf) {
             Ok(()) => {

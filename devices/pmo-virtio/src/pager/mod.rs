@@ -34,7 +34,7 @@ use std::time::Instant;
 
 use pmo_policies::{FaultEvent, Predictor};
 use pmo_store::crypto::PAGE;
-use uffd::{Access, AnonMap, FaultServer};
+use uffd::{Access, AnonMap, FaultServer, Watch};
 pub use uffd::{Fault, FaultHandler, Install, Uffd};
 use zeroize::Zeroize;
 
@@ -119,6 +119,11 @@ pub trait PageSource: Send + Sync {
     /// memory latency ([`Pager::set_device_memory_latency`]) and the DRAM budget does not
     /// count it.
     fn working_copy_on_device(&self) -> bool {
+        false
+    }
+    /// A fill may wait for modelled media time (a store on the expander): the fault thread
+    /// hands its watch over first, so other vCPUs' faults are served meanwhile.
+    fn fill_waits(&self) -> bool {
         false
     }
     /// Told once per refusal of `page` (`OnAccess`, any error) and per page a
@@ -455,8 +460,8 @@ impl FaultHandler for Pager {
         Box::new([0u8; PAGE])
     }
 
-    fn handle(&self, fault: Fault, buf: &mut Self::Scratch) {
-        self.serve_fault(fault, buf);
+    fn handle(&self, fault: Fault, buf: &mut Self::Scratch, watch: &mut Watch<'_>) {
+        self.serve_fault(fault, buf, watch);
     }
 }
 

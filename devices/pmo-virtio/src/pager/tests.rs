@@ -181,6 +181,7 @@ fn failed_pages_are_never_installed() {
             tid: 4242,
         },
         &mut buf,
+        &mut uffd::Watch::outside_server(),
     );
     assert_eq!(stats.integrity_failures.load(Ordering::Relaxed), 1);
     assert_eq!(stats.pages_decrypted.load(Ordering::Relaxed), 0);
@@ -195,6 +196,7 @@ fn failed_pages_are_never_installed() {
             tid: 7,
         },
         &mut buf,
+        &mut uffd::Watch::outside_server(),
     );
     assert_eq!(pager.refused_pages(), 1);
     assert_eq!(stats.pages_decrypted.load(Ordering::Relaxed), 0);
@@ -841,6 +843,7 @@ fn failed_pages_are_reported_and_never_psynced() {
                 tid,
             },
             &mut buf,
+            &mut uffd::Watch::outside_server(),
         );
     }
     assert_eq!(*src.failed.lock().unwrap(), [(3, Detected::OnAccess)]);
@@ -893,4 +896,68 @@ fn failed_pages_are_reported_and_never_psynced() {
     assert_eq!(read_u64(pager.host_addr() + off + 4 * PAGE_U64), 4);
     assert_eq!(src.failed.lock().unwrap().len(), 1);
     pager.detach(off).unwrap();
+}
+
+/// Page 0's fill waits (up to 1 s) until page 1 has been filled, as a fill through slow
+/// media holds its fault thread; `waits` says whether the source admits it.
+struct SlowFirstPage {
+    waits: bool,
+    filled_1: AtomicBool,
+    timed_out: AtomicBool,
+}
+
+impl PageSource for SlowFirstPage {
+    fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError> {
+        if page == 0 {
+            let t = Instant::now();
+            while !self.filled_1.load(Ordering::SeqCst) {
+                if t.elapsed() > std::time::Duration::from_secs(1) {
+                    self.timed_out.store(true, Ordering::SeqCst);
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+        }
+        out.fill(page as u8);
+        out[..8].copy_from_slice(&page.to_le_bytes());
+        if page == 1 {
+            self.filled_1.store(true, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+    fn writable(&self) -> bool {
+        false
+    }
+    fn fill_waits(&self) -> bool {
+        self.waits
+    }
+}
+
+#[test]
+fn a_fill_that_waits_on_media_does_not_hold_up_other_faults() {
+    for waits in [true, false] {
+        let pager = Pager::new(16 * PAGE_U64, 2).unwrap();
+        let src = Arc::new(SlowFirstPage {
+            waits,
+            filled_1: AtomicBool::new(false),
+            timed_out: AtomicBool::new(false),
+        });
+        let (off, _) = pager.attach(src.clone(), 2).unwrap();
+        let base = pager.host_addr() + off;
+        std::thread::scope(|s| {
+            let first = s.spawn(|| read_u64(base));
+            // Page 0's fill is under way before page 1 is touched.
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert_eq!(read_u64(base + PAGE_U64), 1);
+            assert_eq!(first.join().unwrap(), 0);
+        });
+        // Without the hand-off the second fault queues behind the first fill, which
+        // waits for it: only the timeout ends that.
+        assert_eq!(
+            src.timed_out.load(Ordering::SeqCst),
+            !waits,
+            "waits {waits}"
+        );
+        pager.detach(off).unwrap();
+    }
 }

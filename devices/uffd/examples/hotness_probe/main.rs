@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use uffd::{AnonMap, Fault, FaultHandler, FaultServer, Install, Uffd, PAGE_SIZE};
+use uffd::{AnonMap, Fault, FaultHandler, FaultServer, Install, Uffd, Watch, PAGE_SIZE};
 
 mod args;
 mod damon;

@@ -38,7 +38,7 @@ impl FaultHandler for Probe {
         vec![0x5a; PAGE]
     }
 
-    fn handle(&self, f: Fault, buf: &mut Vec<u8>) {
+    fn handle(&self, f: Fault, buf: &mut Vec<u8>, _watch: &mut Watch<'_>) {
         let t0 = Instant::now();
         let page = ((f.address - self.map.addr()) / PAGE_SIZE) as usize;
         if let Some(armed) = self.armed.get(page) {
