@@ -354,6 +354,8 @@ impl Rng {
 /// PMOs of the race test; each has its own name and key.
 const RACE_PMOS: u64 = 5;
 const RACE_PAGE: u64 = 4096;
+/// The largest PMO of the race test, in pages.
+const RACE_PAGES_MAX: u64 = 12;
 /// Page headers: one aligned u64 per page, written in one store, naming the
 /// PMO and the page it belongs to. Zero = never written.
 const TAG: u64 = 0x5052_0000_0000_0000;
@@ -399,6 +401,8 @@ struct Race {
     /// Operations completed by all threads: the watchdog's measure of progress.
     progress: AtomicU64,
     stop: std::sync::atomic::AtomicBool,
+    /// What the hostile thread's SETDESIGN requests name (some valid, some not).
+    designs: &'static [&'static [u8]],
 }
 
 impl Race {
@@ -600,7 +604,7 @@ fn race_user(r: &Race, seed: u64, ops: u64) -> Result<(), String> {
             0 => {
                 let size = match rng.below(8) {
                     0 => rng.below(3 * RACE_PAGE),
-                    _ => (1 + rng.below(12)) * RACE_PAGE,
+                    _ => (1 + rng.below(RACE_PAGES_MAX)) * RACE_PAGE,
                 };
                 let st = create(&r.s, &race_name(pmo), size, &right);
                 r.progress.fetch_add(1, Ordering::SeqCst);
@@ -727,9 +731,8 @@ fn race_hostile(r: &Race, seed: u64, ops: u64) -> Result<(), String> {
                 }
             }
             4 => {
-                let names: [&[u8]; 5] = [b"d", b"sp-id", b"wedi", b"psychic", b"\xff\xfe"];
                 let mut f = [0u8; proto::DESIGN_FIELD];
-                let n = names[rng.below(5) as usize];
+                let n = r.designs[rng.below(r.designs.len() as u64) as usize];
                 f[..n.len()].copy_from_slice(n);
                 let (st, _) = r.call(proto::OP_SET_DESIGN, &f);
                 if !allowed(proto::OP_SET_DESIGN, st) {
@@ -751,22 +754,13 @@ fn race_hostile(r: &Race, seed: u64, ops: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// Many threads of a hostile guest against one PMO service with a real
-/// window: user processes attaching, writing, psyncing and detaching their
-/// PMOs; a hostile kernel sending malformed requests, guessing handles,
-/// psyncing others' attachments and detaching read-only ones; a toucher
-/// reading the whole window like a vCPU. No panic, no hang (a watchdog
-/// aborts the test when no request completes for a long time), every status
-/// one the protocol allows for the op, and a PMO's pages never show where no
-/// attachment of that PMO was, nor end up in another PMO.
-#[test]
-fn hostile_guest_threads_race_requests_and_touches_without_crossing_pmos() {
-    let d = tmp("race");
-    let s = PmoService::new(&PmoDeviceConfig {
-        store: d.0.join("store.img"),
+/// The race test's service configuration: a small window (ranges are reused all the time, and
+/// ATTACH sees ENOMEM) and a predictor.
+fn race_config(dir: &Path) -> PmoDeviceConfig {
+    PmoDeviceConfig {
+        store: dir.join("store.img"),
         store_size: Some(256 << 20),
         design: None,
-        // Small: ranges are reused all the time, and ATTACH sees ENOMEM.
         window_size: 40 * RACE_PAGE,
         fault_threads: 2,
         test_kill_in_psync: None,
@@ -774,14 +768,82 @@ fn hostile_guest_threads_race_requests_and_touches_without_crossing_pmos() {
         store_options: fast_store(),
         dram_budget: None,
         device_memory_latency_ns: 0,
-    })
-    .unwrap();
+    }
+}
+
+#[test]
+fn hostile_guest_threads_race_requests_and_touches_without_crossing_pmos() {
+    let d = tmp("race");
+    let s = PmoService::new(&race_config(&d.0)).unwrap();
+    race(s, &[b"d", b"sp-id", b"wedi", b"psychic", b"\xff\xfe"]);
+}
+
+/// The race on a store on the CXL expander (range keys from a master key), where the hostile
+/// thread switches between file designs and the CXL designs `c`, `cl`, `cf` while users
+/// create, attach, write and psync: a PMO made under any design attaches and reads back under
+/// any other, nothing crosses PMOs, and afterwards the media holds no page header of any PMO
+/// in plaintext.
+#[test]
+fn hostile_guest_races_switches_to_cxl_designs_on_an_expander_store() {
+    use cxl_t3::expander::{CxlMedium, Expander, ExpanderConfig};
+    let d = tmp("race-cxl");
+    let media = d.0.join("media.img");
+    let mut xcfg = ExpanderConfig::new(&media, 64 << 20);
+    xcfg.cache_bytes = 1 << 20;
+    xcfg.media_latency_ns = 0;
+    let x = Expander::open(&xcfg).unwrap();
+    let keyring = pmo_store::crypto::ExtentKeyring::new(&[0x4d; 32]).unwrap();
+    let medium: Arc<dyn Medium> = Arc::new(CxlMedium::new(x.clone()).with_keyring(keyring));
+    let s = PmoService::with_medium(&race_config(&d.0), medium, true).unwrap();
+    let s = race(s, &[b"c", b"cl", b"cf", b"d", b"sp-id", b"cx"]);
+    let suites: Vec<_> = s.store.list().iter().map(|i| i.suite.name()).collect();
+    eprintln!("suites of the PMOs left: {suites:?}");
+    // After the race both kinds are still made as asked: a CXL design's PMO has only the
+    // range key as its cipher, a file design's its own.
+    for (design, suite) in [("c", "tee-blake3"), ("d", "xts-blake3")] {
+        let mut f = [0u8; proto::DESIGN_FIELD];
+        f[..design.len()].copy_from_slice(design.as_bytes());
+        assert_eq!(call(&s, proto::OP_SET_DESIGN, &f).0, Status::Ok);
+        let name = format!("after-{design}");
+        assert_eq!(create(&s, &name, 2 * RACE_PAGE, b"k"), Status::Ok);
+        let info = s.store.list().into_iter().find(|i| i.name == name).unwrap();
+        assert_eq!(info.suite.name(), suite, "{name}");
+        let (st, h, _, _) = attach(&s, &name, true, b"k");
+        assert_eq!(st, Status::Ok, "attach {name}");
+        assert_eq!(call(&s, OP_DETACH, &h.to_le_bytes()).0, Status::Ok);
+    }
+    drop(s);
+    // Every dirty block of the device cache reaches the media with the last owner.
+    drop(x);
+    let bytes = std::fs::read(&media).unwrap();
+    for pmo in 0..RACE_PMOS {
+        for p in 0..RACE_PAGES_MAX {
+            assert!(
+                !contains(&bytes, &tag(pmo, p).to_le_bytes()),
+                "page {p} of {} is on the media in plaintext",
+                race_name(pmo)
+            );
+        }
+    }
+}
+
+/// Many threads of a hostile guest against one PMO service with a real
+/// window: user processes attaching, writing, psyncing and detaching their
+/// PMOs; a hostile kernel sending malformed requests, guessing handles,
+/// psyncing others' attachments, detaching read-only ones and switching the
+/// design among `designs`; a toucher reading the whole window like a vCPU.
+/// No panic, no hang (a watchdog aborts the test when no request completes
+/// for a long time), every status one the protocol allows for the op, and a
+/// PMO's pages never show where no attachment of that PMO was, nor end up in
+/// another PMO.
+fn race(s: Arc<PmoService>, designs: &'static [&'static [u8]]) -> Arc<PmoService> {
     let r = Race {
         s,
         clock: AtomicU64::new(1),
         log: Mutex::new(RaceLog::default()),
         progress: AtomicU64::new(0),
         stop: std::sync::atomic::AtomicBool::new(false),
+        designs,
     };
     let ops: u64 = std::env::var("PMO_RACE_OPS")
         .ok()
@@ -885,6 +947,7 @@ fn hostile_guest_threads_race_requests_and_touches_without_crossing_pmos() {
         sessions > 50,
         "only {sessions} attach sessions: the race barely ran"
     );
+    r.s
 }
 
 /// Creates PMO "t" of 8 pages in a fresh store under `dir`, page p holding
