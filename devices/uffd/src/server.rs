@@ -47,6 +47,14 @@ pub trait FaultHandler: Send + Sync + 'static {
     /// fail. Must not block on another fault of the same userfaultfd. Before a long wait it
     /// calls [`Watch::hand_off`], or faults from other threads wait for it.
     fn handle(&self, fault: Fault, scratch: &mut Self::Scratch, watch: &mut Watch<'_>);
+
+    /// Called while the thread spins between faults: does one short piece of background
+    /// work (a pager fills a predicted page) and returns true, or returns false when there
+    /// is none. A fault that arrives meanwhile waits for that piece, so keep it to about one
+    /// fault's work, and hand the watch over before a longer wait.
+    fn idle(&self, _scratch: &mut Self::Scratch, _watch: &mut Watch<'_>) -> bool {
+        false
+    }
 }
 
 /// The fault threads of one userfaultfd. Dropping it (or [`FaultServer::stop`]) stops and
@@ -226,7 +234,25 @@ fn serve<H: FaultHandler>(handler: &Weak<H>, uffd: &Uffd, watcher: &Watcher) {
                     }
                     idle_since = Instant::now();
                 }
-                Ok(None) if idle_since.elapsed() < SPIN_AFTER_FAULT => std::hint::spin_loop(),
+                Ok(None) if idle_since.elapsed() < SPIN_AFTER_FAULT => {
+                    let Some(h) = handler.upgrade() else {
+                        watcher.arm(true);
+                        return;
+                    };
+                    let mut watch = Watch {
+                        watcher: Some(watcher),
+                        handed_off: false,
+                    };
+                    if h.idle(&mut scratch, &mut watch) {
+                        if watch.handed_off {
+                            watcher.arm(false);
+                        }
+                        // Busy, not idle: keep watching as after a fault.
+                        idle_since = Instant::now();
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
                 Ok(None) => break,
                 Err(e) => {
                     log::error!("fault thread: read userfaultfd: {e}");

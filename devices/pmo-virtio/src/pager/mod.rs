@@ -132,9 +132,6 @@ pub trait PageSource: Send + Sync {
     fn page_failed(&self, _page: u64, _error: &FillError, _how: Detected) {}
 }
 
-/// Where fault threads hand predicted pages to the prefetch worker.
-type PrefetchQueue = std::sync::mpsc::SyncSender<PrefetchJob>;
-
 /// Predicted pages waiting for the prefetch worker; beyond this they are dropped.
 const PREFETCH_BACKLOG: usize = 4096;
 
@@ -365,8 +362,9 @@ pub struct Pager {
     faults: FaultServer,
     /// The prefetch worker, joined at shutdown.
     prefetch_worker: Mutex<Option<JoinHandle<()>>>,
-    /// Feeds the prefetch worker; dropped at shutdown to stop it.
-    prefetch: Mutex<Option<PrefetchQueue>>,
+    /// Predicted pages for the prefetch worker and the spinning fault threads; closed at
+    /// shutdown to stop the worker.
+    prefetch: Arc<PrefetchQueue>,
     /// Predicted pages queued for the prefetch worker and not yet handled.
     prefetch_backlog: AtomicU64,
     /// The DRAM budget, if one is set (see `budget.rs`).
@@ -393,17 +391,16 @@ impl Pager {
             refused: AtomicU64::new(0),
             faults: FaultServer::new().map_err(PagerError::EventFd)?,
             prefetch_worker: Mutex::new(None),
-            prefetch: Mutex::new(None),
+            prefetch: Arc::new(PrefetchQueue::new()),
             prefetch_backlog: AtomicU64::new(0),
             budget: std::sync::OnceLock::new(),
             device_latency_ns: AtomicU64::new(0),
         });
-        let (tx, rx) = std::sync::mpsc::sync_channel(PREFETCH_BACKLOG);
-        *pager.prefetch.locked() = Some(tx);
         let weak = Arc::downgrade(&pager);
+        let queue = Arc::clone(&pager.prefetch);
         let worker = std::thread::Builder::new()
             .name("pmo-prefetch".into())
-            .spawn(move || prefetch_worker(weak, rx))
+            .spawn(move || prefetch_worker(weak, &queue))
             .map_err(PagerError::Spawn)?;
         *pager.prefetch_worker.locked() = Some(worker);
         pager
@@ -442,8 +439,9 @@ impl Pager {
     /// Stops the fault threads (they also stop when the pager is dropped).
     pub fn shutdown(&self) {
         self.faults.stop();
-        // Closing the channel ends the prefetch worker.
-        drop(self.prefetch.locked().take());
+        // Closing the queue ends the prefetch worker; what it still held is dropped.
+        let dropped = self.prefetch.close();
+        self.prefetch_backlog.fetch_sub(dropped, Ordering::AcqRel);
         if let Some(t) = self.prefetch_worker.locked().take() {
             // The last owner may be the worker itself; it must not join itself.
             if t.thread().id() != std::thread::current().id() {
@@ -462,6 +460,13 @@ impl FaultHandler for Pager {
 
     fn handle(&self, fault: Fault, buf: &mut Self::Scratch, watch: &mut Watch<'_>) {
         self.serve_fault(fault, buf, watch);
+    }
+
+    /// Fills one predicted page: a fault thread spinning between faults would otherwise
+    /// take the CPU the prefetch worker needs (a walker, the spinner and the worker on two
+    /// CPUs left the worker far behind the walk).
+    fn idle(&self, buf: &mut Self::Scratch, watch: &mut Watch<'_>) -> bool {
+        self.prefetch_one(buf, watch)
     }
 }
 
@@ -482,7 +487,7 @@ mod window;
 pub use budget::TierStats;
 pub use tier::TierError;
 
-use prefetch::{prefetch_worker, PrefetchJob};
+use prefetch::{prefetch_worker, PrefetchQueue};
 pub use stats::{PredictionCounts, PredictionEstimate, SliceStats, HIST_BUCKETS};
 
 #[cfg(test)]

@@ -38,7 +38,6 @@ impl Pager {
             1 => None,
             n => Some(n / 2),
         };
-        let tx = self.prefetch.locked().clone();
         for (i, &p) in pages.iter().enumerate() {
             let job = PrefetchJob {
                 slice: slice.clone(),
@@ -48,7 +47,7 @@ impl Pager {
             };
             // A full backlog drops the prediction: prefetch never delays a fault.
             self.prefetch_backlog.fetch_add(1, Ordering::AcqRel);
-            if tx.as_ref().is_none_or(|tx| tx.try_send(job).is_err()) {
+            if !self.prefetch.push(job) {
                 self.prefetch_backlog.fetch_sub(1, Ordering::AcqRel);
                 for &q in &pages[i..] {
                     clear_bit(&slice.predicted, q);
@@ -126,6 +125,19 @@ impl Pager {
         }
     }
 
+    /// Takes one queued prediction, if any, and fills it (a fault thread between faults).
+    pub(super) fn prefetch_one(&self, buf: &mut [u8; PAGE], watch: &mut Watch<'_>) -> bool {
+        let Some(job) = self.prefetch.try_pop() else {
+            return false;
+        };
+        if job.slice.source.fill_waits() {
+            watch.hand_off();
+        }
+        self.prefetch_page(&job.slice, &job, buf);
+        self.prefetch_backlog.fetch_sub(1, Ordering::AcqRel);
+        true
+    }
+
     /// Predicted pages queued for the prefetch worker and not handled yet: 0 means every
     /// prediction made so far has been installed, staged or dropped (what a test or harness
     /// waits for before it compares).
@@ -143,13 +155,63 @@ pub(super) struct PrefetchJob {
     writing: bool,
 }
 
+/// Predicted pages waiting to be filled, taken by the prefetch worker and by fault threads
+/// while they spin between faults. Bounded: a full queue drops predictions, so prefetch never
+/// delays a fault.
+pub(super) struct PrefetchQueue {
+    /// `None` once closed.
+    jobs: Mutex<Option<VecDeque<PrefetchJob>>>,
+    ready: std::sync::Condvar,
+}
+
+impl PrefetchQueue {
+    pub(super) fn new() -> Self {
+        PrefetchQueue {
+            jobs: Mutex::new(Some(VecDeque::new())),
+            ready: std::sync::Condvar::new(),
+        }
+    }
+
+    /// Queues a job; false (and the job dropped) when the queue is full or closed.
+    pub(super) fn push(&self, job: PrefetchJob) -> bool {
+        let mut jobs = self.jobs.locked();
+        match jobs.as_mut() {
+            Some(q) if q.len() < PREFETCH_BACKLOG => q.push_back(job),
+            _ => return false,
+        }
+        drop(jobs);
+        self.ready.notify_one();
+        true
+    }
+
+    /// The next job, without waiting, not even for the lock (a fault thread must not).
+    fn try_pop(&self) -> Option<PrefetchJob> {
+        self.jobs.try_lock().ok()?.as_mut()?.pop_front()
+    }
+
+    /// Waits for the next job; `None` once the queue is closed.
+    fn pop_wait(&self) -> Option<PrefetchJob> {
+        let mut jobs = self.jobs.locked();
+        loop {
+            if let Some(job) = jobs.as_mut()?.pop_front() {
+                return Some(job);
+            }
+            jobs = self.ready.wait(jobs).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Closes the queue and returns how many jobs it dropped.
+    pub(super) fn close(&self) -> u64 {
+        let dropped = self.jobs.locked().take().map_or(0, |q| q.len() as u64);
+        self.ready.notify_all();
+        dropped
+    }
+}
+
 /// Prefetch worker body: install predicted pages while the pager lives.
-pub(super) fn prefetch_worker(
-    pager: std::sync::Weak<Pager>,
-    rx: std::sync::mpsc::Receiver<PrefetchJob>,
-) {
+pub(super) fn prefetch_worker(pager: std::sync::Weak<Pager>, queue: &PrefetchQueue) {
     let mut buf = Box::new([0u8; PAGE]);
-    while let Ok(job) = rx.recv() {
+    while let Some(job) = queue.pop_wait() {
         let Some(p) = pager.upgrade() else { return };
         p.prefetch_page(&job.slice, &job, &mut buf);
         p.prefetch_backlog.fetch_sub(1, Ordering::AcqRel);

@@ -961,3 +961,68 @@ fn a_fill_that_waits_on_media_does_not_hold_up_other_faults() {
         pager.detach(off).unwrap();
     }
 }
+
+/// Page 1's fill waits (up to 1 s) until page 2 has been filled.
+struct FirstPredictionWaits {
+    filled_2: AtomicBool,
+    timed_out: AtomicBool,
+}
+
+impl PageSource for FirstPredictionWaits {
+    fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError> {
+        if page == 1 {
+            let t = Instant::now();
+            while !self.filled_2.load(Ordering::SeqCst) {
+                if t.elapsed() > std::time::Duration::from_secs(1) {
+                    self.timed_out.store(true, Ordering::SeqCst);
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+        }
+        out.fill(page as u8);
+        out[..8].copy_from_slice(&page.to_le_bytes());
+        if page == 2 {
+            self.filled_2.store(true, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+    fn writable(&self) -> bool {
+        false
+    }
+}
+
+/// A fault thread spinning between faults fills predicted pages itself, so predictions are
+/// not held up behind one busy prefetch worker (on two CPUs the spinner used to take the
+/// worker's CPU and leave it far behind a walk).
+#[test]
+fn a_spinning_fault_thread_fills_predictions_the_worker_has_not_reached() {
+    let pager = Pager::new(16 * PAGE_U64, 1).unwrap();
+    let src = Arc::new(FirstPredictionWaits {
+        filled_2: AtomicBool::new(false),
+        timed_out: AtomicBool::new(false),
+    });
+    let (off, _) = pager.attach(src.clone(), 8).unwrap();
+    pager
+        .set_predictor(
+            off,
+            Some(pmo_policies::predictor_from_name("stream:2").unwrap()),
+        )
+        .unwrap();
+    let base = pager.host_addr() + off;
+    // The fault on page 0 predicts pages 1 and 2: whoever takes page 1 waits for page 2,
+    // which only another thread can fill.
+    assert_eq!(read_u64(base), 0);
+    let t = Instant::now();
+    while pager.prefetch_backlog() > 0 && t.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(pager.prefetch_backlog(), 0);
+    assert!(
+        !src.timed_out.load(Ordering::SeqCst),
+        "page 2 was filled only after page 1 gave up"
+    );
+    assert_eq!(read_u64(base + PAGE_U64), 1);
+    assert_eq!(read_u64(base + 2 * PAGE_U64), 2);
+    pager.detach(off).unwrap();
+}
