@@ -191,6 +191,29 @@ impl Watch<'_> {
     }
 }
 
+/// Runs `work` on the handler with a fresh watch and takes the watch back afterwards if the
+/// work handed it over (unless another thread is serving already; if one is, it re-arms when
+/// its burst ends). `None` when the handler is gone; the fd is re-armed for whoever is left.
+fn run_watched<H: FaultHandler, R>(
+    handler: &Weak<H>,
+    watcher: &Watcher,
+    work: impl FnOnce(&H, &mut Watch<'_>) -> R,
+) -> Option<R> {
+    let Some(h) = handler.upgrade() else {
+        watcher.arm(true);
+        return None;
+    };
+    let mut watch = Watch {
+        watcher: Some(watcher),
+        handed_off: false,
+    };
+    let r = work(&h, &mut watch);
+    if watch.handed_off {
+        watcher.arm(false);
+    }
+    Some(r)
+}
+
 /// One fault thread: sleep in epoll until the fd is armed and readable or the stop signal,
 /// then serve faults, spinning for [`SPIN_AFTER_FAULT`] after each, and re-arm before
 /// sleeping again.
@@ -218,39 +241,18 @@ fn serve<H: FaultHandler>(handler: &Weak<H>, uffd: &Uffd, watcher: &Watcher) {
         loop {
             match uffd.read_fault() {
                 Ok(Some(f)) => {
-                    let Some(h) = handler.upgrade() else {
-                        watcher.arm(true);
+                    if run_watched(handler, watcher, |h, w| h.handle(f, &mut scratch, w)).is_none()
+                    {
                         return;
-                    };
-                    let mut watch = Watch {
-                        watcher: Some(watcher),
-                        handed_off: false,
-                    };
-                    h.handle(f, &mut scratch, &mut watch);
-                    if watch.handed_off {
-                        // Take the watch back unless another thread is serving already; if
-                        // one is, it re-arms when its burst ends.
-                        watcher.arm(false);
                     }
                     idle_since = Instant::now();
                 }
                 Ok(None) if idle_since.elapsed() < SPIN_AFTER_FAULT => {
-                    let Some(h) = handler.upgrade() else {
-                        watcher.arm(true);
-                        return;
-                    };
-                    let mut watch = Watch {
-                        watcher: Some(watcher),
-                        handed_off: false,
-                    };
-                    if h.idle(&mut scratch, &mut watch) {
-                        if watch.handed_off {
-                            watcher.arm(false);
-                        }
+                    match run_watched(handler, watcher, |h, w| h.idle(&mut scratch, w)) {
+                        None => return,
                         // Busy, not idle: keep watching as after a fault.
-                        idle_since = Instant::now();
-                    } else {
-                        std::hint::spin_loop();
+                        Some(true) => idle_since = Instant::now(),
+                        Some(false) => std::hint::spin_loop(),
                     }
                 }
                 Ok(None) => break,

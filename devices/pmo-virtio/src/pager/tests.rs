@@ -898,19 +898,34 @@ fn failed_pages_are_reported_and_never_psynced() {
     pager.detach(off).unwrap();
 }
 
-/// Page 0's fill waits (up to 1 s) until page 1 has been filled, as a fill through slow
-/// media holds its fault thread; `waits` says whether the source admits it.
-struct SlowFirstPage {
+/// The fill of page `waiter` waits (up to 1 s, then it records the timeout) until page
+/// `awaited` has been filled, as a fill through slow media holds its thread; `waits` says
+/// whether the source admits it.
+struct WaitsFor {
+    waiter: u64,
+    awaited: u64,
     waits: bool,
-    filled_1: AtomicBool,
+    awaited_filled: AtomicBool,
     timed_out: AtomicBool,
 }
 
-impl PageSource for SlowFirstPage {
+impl WaitsFor {
+    fn new(waiter: u64, awaited: u64, waits: bool) -> Arc<Self> {
+        Arc::new(WaitsFor {
+            waiter,
+            awaited,
+            waits,
+            awaited_filled: AtomicBool::new(false),
+            timed_out: AtomicBool::new(false),
+        })
+    }
+}
+
+impl PageSource for WaitsFor {
     fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError> {
-        if page == 0 {
+        if page == self.waiter {
             let t = Instant::now();
-            while !self.filled_1.load(Ordering::SeqCst) {
+            while !self.awaited_filled.load(Ordering::SeqCst) {
                 if t.elapsed() > std::time::Duration::from_secs(1) {
                     self.timed_out.store(true, Ordering::SeqCst);
                     break;
@@ -920,8 +935,8 @@ impl PageSource for SlowFirstPage {
         }
         out.fill(page as u8);
         out[..8].copy_from_slice(&page.to_le_bytes());
-        if page == 1 {
-            self.filled_1.store(true, Ordering::SeqCst);
+        if page == self.awaited {
+            self.awaited_filled.store(true, Ordering::SeqCst);
         }
         Ok(())
     }
@@ -937,11 +952,7 @@ impl PageSource for SlowFirstPage {
 fn a_fill_that_waits_on_media_does_not_hold_up_other_faults() {
     for waits in [true, false] {
         let pager = Pager::new(16 * PAGE_U64, 2).unwrap();
-        let src = Arc::new(SlowFirstPage {
-            waits,
-            filled_1: AtomicBool::new(false),
-            timed_out: AtomicBool::new(false),
-        });
+        let src = WaitsFor::new(0, 1, waits);
         let (off, _) = pager.attach(src.clone(), 2).unwrap();
         let base = pager.host_addr() + off;
         std::thread::scope(|s| {
@@ -962,46 +973,13 @@ fn a_fill_that_waits_on_media_does_not_hold_up_other_faults() {
     }
 }
 
-/// Page 1's fill waits (up to 1 s) until page 2 has been filled.
-struct FirstPredictionWaits {
-    filled_2: AtomicBool,
-    timed_out: AtomicBool,
-}
-
-impl PageSource for FirstPredictionWaits {
-    fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError> {
-        if page == 1 {
-            let t = Instant::now();
-            while !self.filled_2.load(Ordering::SeqCst) {
-                if t.elapsed() > std::time::Duration::from_secs(1) {
-                    self.timed_out.store(true, Ordering::SeqCst);
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_micros(100));
-            }
-        }
-        out.fill(page as u8);
-        out[..8].copy_from_slice(&page.to_le_bytes());
-        if page == 2 {
-            self.filled_2.store(true, Ordering::SeqCst);
-        }
-        Ok(())
-    }
-    fn writable(&self) -> bool {
-        false
-    }
-}
-
 /// A fault thread spinning between faults fills predicted pages itself, so predictions are
 /// not held up behind one busy prefetch worker (on two CPUs the spinner used to take the
 /// worker's CPU and leave it far behind a walk).
 #[test]
 fn a_spinning_fault_thread_fills_predictions_the_worker_has_not_reached() {
     let pager = Pager::new(16 * PAGE_U64, 1).unwrap();
-    let src = Arc::new(FirstPredictionWaits {
-        filled_2: AtomicBool::new(false),
-        timed_out: AtomicBool::new(false),
-    });
+    let src = WaitsFor::new(1, 2, false);
     let (off, _) = pager.attach(src.clone(), 8).unwrap();
     pager
         .set_predictor(
