@@ -38,23 +38,25 @@ impl Pager {
             1 => None,
             n => Some(n / 2),
         };
-        for (i, &p) in pages.iter().enumerate() {
-            let job = PrefetchJob {
-                slice: slice.clone(),
-                page: p,
-                stage: trigger == Some(i),
-                writing: write,
-            };
-            // A full backlog drops the prediction: prefetch never delays a fault.
-            self.prefetch_backlog.fetch_add(1, Ordering::AcqRel);
-            if !self.prefetch.push(job) {
-                self.prefetch_backlog.fetch_sub(1, Ordering::AcqRel);
-                for &q in &pages[i..] {
-                    clear_bit(&slice.predicted, q);
-                }
-                return;
-            }
+        let n = pages.len() as u64;
+        self.prefetch_backlog.fetch_add(n, Ordering::AcqRel);
+        let jobs = pages.iter().enumerate().map(|(i, &p)| PrefetchJob {
+            slice: slice.clone(),
+            page: p,
+            stage: trigger == Some(i),
+            writing: write,
+        });
+        let queued = self.prefetch.push_all(jobs);
+        for &p in &pages[..queued] {
             set_bit(&slice.issued, p);
+        }
+        // A full backlog drops the rest: prefetch never delays a fault.
+        if queued < pages.len() {
+            self.prefetch_backlog
+                .fetch_sub(n - queued as u64, Ordering::AcqRel);
+            for &q in &pages[queued..] {
+                clear_bit(&slice.predicted, q);
+            }
         }
     }
 
@@ -159,50 +161,80 @@ pub(super) struct PrefetchJob {
 /// while they spin between faults. Bounded: a full queue drops predictions, so prefetch never
 /// delays a fault.
 pub(super) struct PrefetchQueue {
-    /// `None` once closed.
-    jobs: Mutex<Option<VecDeque<PrefetchJob>>>,
+    state: Mutex<QueueState>,
     ready: std::sync::Condvar,
+}
+
+struct QueueState {
+    jobs: VecDeque<PrefetchJob>,
+    open: bool,
+    /// Workers asleep on `ready`: a push wakes one only then (a futex wake per queued page
+    /// would sit on the fault path, before the install).
+    sleepers: usize,
 }
 
 impl PrefetchQueue {
     pub(super) fn new() -> Self {
         PrefetchQueue {
-            jobs: Mutex::new(Some(VecDeque::new())),
+            state: Mutex::new(QueueState {
+                jobs: VecDeque::new(),
+                open: true,
+                sleepers: 0,
+            }),
             ready: std::sync::Condvar::new(),
         }
     }
 
-    /// Queues a job; false (and the job dropped) when the queue is full or closed.
-    pub(super) fn push(&self, job: PrefetchJob) -> bool {
-        let mut jobs = self.jobs.locked();
-        match jobs.as_mut() {
-            Some(q) if q.len() < PREFETCH_BACKLOG => q.push_back(job),
-            _ => return false,
+    /// Queues `jobs` in order under one lock until the queue is full; returns how many
+    /// went in (the rest are dropped, as everything is once the queue is closed).
+    pub(super) fn push_all(&self, jobs: impl Iterator<Item = PrefetchJob>) -> usize {
+        let mut st = self.state.locked();
+        if !st.open {
+            return 0;
         }
-        drop(jobs);
-        self.ready.notify_one();
-        true
+        let mut queued = 0;
+        for job in jobs {
+            if st.jobs.len() >= PREFETCH_BACKLOG {
+                break;
+            }
+            st.jobs.push_back(job);
+            queued += 1;
+        }
+        let wake = queued > 0 && st.sleepers > 0;
+        drop(st);
+        if wake {
+            self.ready.notify_one();
+        }
+        queued
     }
 
     /// The next job, without waiting, not even for the lock (a fault thread must not).
     fn try_pop(&self) -> Option<PrefetchJob> {
-        self.jobs.try_lock().ok()?.as_mut()?.pop_front()
+        self.state.try_lock().ok()?.jobs.pop_front()
     }
 
     /// Waits for the next job; `None` once the queue is closed.
     fn pop_wait(&self) -> Option<PrefetchJob> {
-        let mut jobs = self.jobs.locked();
+        let mut st = self.state.locked();
         loop {
-            if let Some(job) = jobs.as_mut()?.pop_front() {
+            if !st.open {
+                return None;
+            }
+            if let Some(job) = st.jobs.pop_front() {
                 return Some(job);
             }
-            jobs = self.ready.wait(jobs).unwrap_or_else(|e| e.into_inner());
+            st.sleepers += 1;
+            st = self.ready.wait(st).unwrap_or_else(|e| e.into_inner());
+            st.sleepers -= 1;
         }
     }
 
     /// Closes the queue and returns how many jobs it dropped.
     pub(super) fn close(&self) -> u64 {
-        let dropped = self.jobs.locked().take().map_or(0, |q| q.len() as u64);
+        let mut st = self.state.locked();
+        st.open = false;
+        let dropped = std::mem::take(&mut st.jobs).len() as u64;
+        drop(st);
         self.ready.notify_all();
         dropped
     }

@@ -989,8 +989,13 @@ fn a_spinning_fault_thread_fills_predictions_the_worker_has_not_reached() {
         .unwrap();
     let base = pager.host_addr() + off;
     // The fault on page 0 predicts pages 1 and 2: whoever takes page 1 waits for page 2,
-    // which only another thread can fill.
+    // which only another thread can fill. Faults on pages 4-7 follow, each followed by a spin
+    // of the fault thread, so a spin cut short by a loaded machine is not the end of it.
     assert_eq!(read_u64(base), 0);
+    for p in 4..8 {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert_eq!(read_u64(base + p * PAGE_U64), p);
+    }
     let t = Instant::now();
     while pager.prefetch_backlog() > 0 && t.elapsed() < std::time::Duration::from_secs(5) {
         std::thread::sleep(std::time::Duration::from_millis(1));
