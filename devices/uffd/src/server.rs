@@ -122,6 +122,10 @@ impl Drop for FaultServer {
 struct Watcher {
     epoll: Epoll,
     uffd: RawFd,
+    /// Our own handle on the server's stop eventfd: closing a file takes it out of every
+    /// epoll set, so the registration must live as long as the threads, which may outlive
+    /// the server (the last owner of a handler can be one of its fault threads).
+    _stop: EventFd,
 }
 
 const FAULT: u64 = 0;
@@ -129,6 +133,7 @@ const STOP: u64 = 1;
 
 impl Watcher {
     fn new(uffd: &Uffd, stop: &EventFd) -> io::Result<Self> {
+        let stop = stop.try_clone()?;
         let epoll = Epoll::new()?;
         epoll.ctl(
             ControlOperation::Add,
@@ -144,6 +149,7 @@ impl Watcher {
         Ok(Watcher {
             epoll,
             uffd: uffd.as_raw_fd(),
+            _stop: stop,
         })
     }
 
@@ -284,6 +290,8 @@ mod tests {
         hold_first: AtomicBool,
         hand_off: AtomicBool,
         timed_out: AtomicBool,
+        /// The next idle call sleeps 100 ms (holding the handler) and reports no work.
+        idle_hold: AtomicBool,
         server: FaultServer,
     }
 
@@ -316,6 +324,13 @@ mod tests {
                 Err(e) => panic!("install: {e}"),
             };
         }
+
+        fn idle(&self, _buf: &mut Self::Scratch, _watch: &mut Watch<'_>) -> bool {
+            if self.idle_hold.swap(false, Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            false
+        }
     }
 
     fn numbered(name: &str, pages: u64, threads: usize) -> Arc<Numbered> {
@@ -330,6 +345,7 @@ mod tests {
             hold_first: AtomicBool::new(false),
             hand_off: AtomicBool::new(false),
             timed_out: AtomicBool::new(false),
+            idle_hold: AtomicBool::new(false),
             server: FaultServer::new().unwrap(),
         });
         h.server
@@ -453,15 +469,38 @@ mod tests {
         }
     }
 
+    fn threads_named(prefix: &str) -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|comm| comm.starts_with(prefix))
+            .count()
+    }
+
+    #[test]
+    fn a_fault_thread_left_as_the_handlers_last_owner_still_ends() {
+        let h = numbered("uffd-last", 4, 1);
+        h.idle_hold.store(true, Ordering::SeqCst);
+        // The fault starts the thread's burst; its first idle call holds the handler.
+        assert_eq!(touch(&h, 0), 0x5a);
+        std::thread::sleep(Duration::from_millis(30));
+        drop(h);
+        // The fault thread drops the handler, and with it the server, whose stop eventfd
+        // its epoll set must still see: the idle call reported no work and its spin is
+        // over, so it goes back to sleep in epoll.
+        let t = Instant::now();
+        while threads_named("uffd-last") > 0 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            threads_named("uffd-last"),
+            0,
+            "the fault thread never ended"
+        );
+    }
+
     #[test]
     fn dropping_the_handler_stops_and_joins_its_threads() {
-        let threads_named = |prefix: &str| {
-            std::fs::read_dir("/proc/self/task")
-                .unwrap()
-                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-                .filter(|comm| comm.starts_with(prefix))
-                .count()
-        };
         let h = numbered("uffd-stop", 4, 3);
         // A thread names itself when it starts running.
         let started = Instant::now();
