@@ -128,16 +128,26 @@ impl Pager {
     }
 
     /// Takes one queued prediction, if any, and fills it (a fault thread between faults).
+    /// Called on every turn of a fault thread's spin: with nothing predicted (the backlog
+    /// counts a job before it is queued) it costs one load, not a lock attempt.
     pub(super) fn prefetch_one(&self, buf: &mut [u8; PAGE], watch: &mut Watch<'_>) -> bool {
+        if self.prefetch_backlog.load(Ordering::Acquire) == 0 {
+            return false;
+        }
         let Some(job) = self.prefetch.try_pop() else {
             return false;
         };
         if job.slice.source.fill_waits() {
             watch.hand_off();
         }
-        self.prefetch_page(&job.slice, &job, buf);
-        self.prefetch_backlog.fetch_sub(1, Ordering::AcqRel);
+        self.run_prefetch_job(&job, buf);
         true
+    }
+
+    /// Fills one dequeued prediction and takes it off the backlog.
+    fn run_prefetch_job(&self, job: &PrefetchJob, buf: &mut [u8; PAGE]) {
+        self.prefetch_page(&job.slice, job, buf);
+        self.prefetch_backlog.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Predicted pages queued for the prefetch worker and not handled yet: 0 means every
@@ -245,7 +255,6 @@ pub(super) fn prefetch_worker(pager: std::sync::Weak<Pager>, queue: &PrefetchQue
     let mut buf = Box::new([0u8; PAGE]);
     while let Some(job) = queue.pop_wait() {
         let Some(p) = pager.upgrade() else { return };
-        p.prefetch_page(&job.slice, &job, &mut buf);
-        p.prefetch_backlog.fetch_sub(1, Ordering::AcqRel);
+        p.run_prefetch_job(&job, &mut buf);
     }
 }
