@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use cxl_t3::cache::{CacheModel, BLOCK};
 use cxl_t3::expander::{Expander, ExpanderConfig, DEFAULT_MEDIA_LATENCY_NS};
+use cxl_t3::WorkingArea;
 
 /// Cache used by every run: 1024 blocks (4 MiB), 8-way.
 const CACHE_BLOCKS: u64 = 1024;
@@ -119,6 +120,53 @@ fn costs(latency_ns: u64, keyed: bool) -> (f64, f64, f64) {
     (clean, dirty, wb)
 }
 
+/// As [`costs`] at media latency 0, over blocks that were all written back before (so keyed
+/// fills decrypt), in a keyed range (`working` false) or in one working extent over the whole
+/// device (`working` true: each write-back also digests the block and each fill checks it).
+/// The difference between the two is the working extent's integrity check.
+fn costs_written(working: bool) -> (f64, f64, f64) {
+    let n = 4 * CACHE_BLOCKS;
+    let (x, p) = open("written", 2 * n, 0);
+    let mut extent = None;
+    if working {
+        let area = WorkingArea::new(x.clone(), 0, 2 * n * BLOCK).expect("area");
+        extent = Some(area.alloc(2 * n * BLOCK).expect("extent"));
+    } else {
+        x.set_range_key(1, 0, 2 * n * BLOCK, &[0x11; 64])
+            .expect("key");
+    }
+    let mut b = [0u8; 8];
+    for i in 0..2 * n {
+        x.write(i * BLOCK, &[3u8; 8]).expect("write");
+    }
+    x.flush().expect("flush");
+    // Misses over written blocks, evicting clean ones.
+    let t = Instant::now();
+    for i in 0..n {
+        x.read(i * BLOCK, &mut b).expect("read");
+    }
+    let clean = per(t.elapsed(), n);
+    for i in n - CACHE_BLOCKS..n {
+        x.write(i * BLOCK, &[1u8; 8]).expect("write");
+    }
+    // Misses over written blocks, each writing a dirty victim back.
+    let t = Instant::now();
+    for i in n..n + CACHE_BLOCKS {
+        x.write(i * BLOCK, &[2u8; 8]).expect("write");
+    }
+    let dirty = per(t.elapsed(), CACHE_BLOCKS);
+    let t = Instant::now();
+    x.flush().expect("flush");
+    let wb = per(t.elapsed(), CACHE_BLOCKS);
+    if let Some(e) = &extent {
+        assert_eq!(e.integrity_failures(), 0);
+    }
+    drop(extent);
+    drop(x);
+    let _ = std::fs::remove_file(&p);
+    (clean, dirty, wb)
+}
+
 /// Fault-path fill cost (µs/block) and hit rate for a trace run by one host
 /// thread over the uffd mapping (hits never trap: rate = 1 - fills/accesses).
 fn uffd_run(trace: &[u64], latency_ns: u64) -> (f64, f64) {
@@ -140,8 +188,9 @@ fn uffd_run(trace: &[u64], latency_ns: u64) -> (f64, f64) {
 
 /// What one miss is made of (µs per 4 KiB block): a media read of an
 /// unwritten block, a media write, `MADV_DONTNEED` of a resident page,
-/// `UFFDIO_COPY` of a page, `UFFDIO_WRITEPROTECT` of a page.
-fn breakdown() -> [f64; 5] {
+/// `UFFDIO_COPY` of a page, `UFFDIO_WRITEPROTECT` of a page, the BLAKE3 digest a working
+/// extent takes of a block at each write-back and each fill of a written-back block.
+fn breakdown() -> [f64; 6] {
     const N: u64 = 2048;
     let p = tmp("parts");
     let (media, _) = cxl_t3::media::Media::open(&p, N * BLOCK, Duration::ZERO).expect("media");
@@ -182,7 +231,13 @@ fn breakdown() -> [f64; 5] {
     }
     let dontneed = per(t.elapsed(), N);
     drop(map);
-    [read, write, dontneed, copy, wp]
+    let t = Instant::now();
+    for b in 0..N {
+        page[0] = b as u8;
+        std::hint::black_box(blake3::hash(std::hint::black_box(&page)));
+    }
+    let digest = per(t.elapsed(), N);
+    [read, write, dontneed, copy, wp, digest]
 }
 
 /// Runs per measurement; the table shows the fastest (the machine is shared
@@ -207,8 +262,8 @@ fn main() {
         std::env::temp_dir().display()
     );
     println!();
-    let [r, w, d, c, wp] = min_of(breakdown);
-    println!("parts of a miss (µs/block): media read {r:.2}, media write {w:.2}, MADV_DONTNEED {d:.2}, UFFDIO_COPY {c:.2}, UFFDIO_WRITEPROTECT {wp:.2}");
+    let [r, w, d, c, wp, h] = min_of(breakdown);
+    println!("parts of a miss (µs/block): media read {r:.2}, media write {w:.2}, MADV_DONTNEED {d:.2}, UFFDIO_COPY {c:.2}, UFFDIO_WRITEPROTECT {wp:.2}, BLAKE3 digest {h:.2}");
     println!();
     println!("host path, per block (µs)         | fill (clean victim) | fill (dirty victim) | write-back (flush)");
     for lat in [0, DEFAULT_MEDIA_LATENCY_NS] {
@@ -223,6 +278,16 @@ fn main() {
                 if keyed { "XTS-256 keyed" } else { "unkeyed" }
             );
         }
+    }
+    for working in [false, true] {
+        let [c, d, w] = min_of(|| {
+            let (c, d, w) = costs_written(working);
+            [c, d, w]
+        });
+        println!(
+            "latency 0 ns, written, {:<9} | {c:>19.2} | {d:>19.2} | {w:>18.2}",
+            if working { "working" } else { "keyed" }
+        );
     }
     println!();
     println!("trace                        | accesses | model hit rate | model ns/access | uffd hit rate | uffd µs/fill (lat 0) | uffd µs/fill (lat 25 µs)");

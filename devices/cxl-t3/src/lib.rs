@@ -23,3 +23,5 @@ pub mod cache;
 pub mod expander;
 pub mod media;
 pub mod tee;
+
+pub use expander::{CxlMedium, WorkingArea, WorkingExtent};

@@ -1,8 +1,21 @@
 //! The device cache's block path: a guest (or host-thread) fault on the DPA space fills the
 //! block from media through the TEE range key, evicting (and writing back) its set's victim;
-//! the first write to a clean block marks it dirty.
+//! the first write to a clean block marks it dirty. In a working extent, every fault that
+//! makes a block writable records the store first (`working.rs`).
 
 use super::*;
+
+/// How a fill leaves the block.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Fill {
+    /// Enters the model dirty.
+    pub dirty: bool,
+    /// Installed write-protected.
+    pub wp: bool,
+    /// The patch overwrites every byte, so the media's bytes are not used: neither checked
+    /// (a working extent's) nor decrypted. They are still read, as the fill is charged.
+    pub whole: bool,
+}
 
 impl CachedMedia {
     /// A block becomes dirty: if a clean shutdown was recorded, the run is
@@ -32,13 +45,20 @@ impl CachedMedia {
         // present page of our mapping; the guest cannot write it now.
         unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), PAGE) };
         tee.encrypt_block(block, buf);
+        // Before the write: should it fail, the block stays resident (and dirty), so it is
+        // not filled from the media before a later write-back records its digest again.
+        self.note_media_write(block, buf);
         let r = self.media.write_block(block, buf);
         wipe(&mut buf[..]);
         if let Err(e) = r {
             self.media_errors.fetch_add(1, Ordering::Relaxed);
-            // Still dirty, so writable again (a dirty block is never
-            // protected); should this fail too, the media is failing anyway.
-            let _ = self.uffd.write_protect(addr, BLOCK, false);
+            // Still dirty, so writable again outside a working extent (the host path writes
+            // into dirty blocks there directly); should this fail too, the media is failing
+            // anyway. In a working extent it stays protected: a store to it must fault to be
+            // recorded, and the host path never needs it writable there.
+            if !self.is_tracked(block) {
+                let _ = self.uffd.write_protect(addr, BLOCK, false);
+            }
             return Err(e.into());
         }
         Ok(())
@@ -62,17 +82,44 @@ impl CachedMedia {
         buf: &mut Page,
         vbuf: &mut Page,
     ) -> Result<(), ExpanderError> {
-        if write {
+        let how = Fill {
+            dirty: write,
+            wp: !write,
+            whole: false,
+        };
+        self.fill_with(block, how, tee, (buf, vbuf), |_| {})
+    }
+
+    /// [`CachedMedia::fill_locked`] with the block's state chosen apart (`how`) and `patch`
+    /// applied to its bytes before they are installed (a host-path write into a working
+    /// extent, which must install a dirty block write-protected). Caller holds the set lock
+    /// and the reconfiguration lock shared.
+    pub(super) fn fill_with(
+        &self,
+        block: u64,
+        how: Fill,
+        tee: &RangeTable,
+        (buf, vbuf): (&mut Page, &mut Page),
+        patch: impl FnOnce(&mut Page),
+    ) -> Result<(), ExpanderError> {
+        if how.dirty {
             self.note_dirty()?;
         }
         if let Err(e) = self.media.read_block(block, buf) {
             self.media_errors.fetch_add(1, Ordering::Relaxed);
             return Err(e.into());
         }
-        // An all-zero media block was never written: it reads as zeros
-        // whether or not the range is keyed.
-        if !is_zero(buf) {
-            tee.decrypt_block(block, buf);
+        if !how.whole {
+            // An all-zero media block was never written: it reads as zeros
+            // whether or not the range is keyed.
+            let zero = is_zero(buf);
+            // A working extent's block is checked against what it last wrote to the media,
+            // before the cipher sees it; refused, it reads as zeros (see `working.rs`).
+            if !self.vet_fill(block, buf, zero) {
+                wipe(&mut buf[..]);
+            } else if !zero {
+                tee.decrypt_block(block, buf);
+            }
         }
         let victim = self.model.locked().peek_victim(block);
         if let Some((v, dirty)) = victim {
@@ -84,8 +131,9 @@ impl CachedMedia {
             }
             self.discard_locked(v);
         }
-        self.model.locked().access(block, write);
-        let r = self.install(self.addr(block), buf, !write);
+        patch(buf);
+        self.model.locked().access(block, how.dirty);
+        let r = self.install(self.addr(block), buf, how.wp);
         wipe(&mut buf[..]);
         if r.is_err() {
             // Not present, so not resident: keep the model true to the mapping.
@@ -123,11 +171,16 @@ impl CachedMedia {
         let resident = self.model.locked().lookup(block);
         let r = match resident {
             Some(_) if f.wp || f.write => {
-                // First write to a clean block (or a stale write fault).
+                // First write to a clean block, a store to a dirty block of a working extent
+                // that a take of its written pages protected again (it stays dirty), or a
+                // stale write fault.
                 self.wp_faults.fetch_add(1, Ordering::Relaxed);
-                // Dirty before the unprotect wakes the writer; if the
-                // unprotect fails the old bit comes back, so a dirty block
-                // is never write-protected (the host path's writes rely on it).
+                // Recorded before the unprotect lets the store land (a take waits for this
+                // set lock, so it sees the bit).
+                self.note_written(block);
+                // Dirty before the unprotect wakes the writer; if the unprotect fails the old
+                // bit comes back, so outside a working extent a dirty block is never
+                // write-protected (the host path's writes rely on it there).
                 self.note_dirty().and_then(|()| {
                     let was = self.model.locked().swap_dirty(block, true);
                     self.uffd
@@ -149,11 +202,16 @@ impl CachedMedia {
                 if f.wp {
                     self.raced_evictions.fetch_add(1, Ordering::Relaxed);
                 }
+                let write = f.write || f.wp;
+                if write {
+                    // Filled writable: recorded first, as above.
+                    self.note_written(block);
+                }
                 // A fill waits for the media (and maybe a write-back): let another
                 // thread serve faults on other sets meanwhile.
                 watch.hand_off();
                 let tee = self.tee_read();
-                self.fill_locked(block, f.write || f.wp, &tee, buf, vbuf)
+                self.fill_locked(block, write, &tee, buf, vbuf)
             }
         };
         if let Err(e) = r {

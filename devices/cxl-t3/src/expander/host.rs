@@ -85,11 +85,18 @@ impl CachedMedia {
             let in_block = (at % BLOCK) as usize;
             let n = (PAGE - in_block).min(data.len() - done);
             let src = &data[done..done + n];
-            self.host_access(at / BLOCK, true, &tee, &mut bufs, |page| {
-                // SAFETY: `page` is a present, writable page of our mapping
-                // (resident and unprotected, set lock held); `in_block + n <= PAGE`.
-                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), page.add(in_block), n) }
-            })?;
+            let block = at / BLOCK;
+            if self.is_tracked(block) {
+                // A working extent's block: its page must not become writable behind the
+                // store tracking.
+                self.write_tracked(block, in_block, src, &tee, &mut bufs)?;
+            } else {
+                self.host_access(block, true, &tee, &mut bufs, |page| {
+                    // SAFETY: `page` is a present, writable page of our mapping
+                    // (resident and unprotected, set lock held); `in_block + n <= PAGE`.
+                    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), page.add(in_block), n) }
+                })?;
+            }
             done += n;
         }
         Ok(())
@@ -123,6 +130,10 @@ impl CachedMedia {
             if self.model.locked().remove(b).is_some() {
                 self.discard_locked(b);
             }
+            // A working extent's block expects the all-zero block from now on (if this write
+            // fails, the media holds the old bytes or a torn write, and the block's next fill
+            // is refused rather than trusted).
+            self.note_media_zeroed(b);
             if let Err(e) = self.media.write_block(b, &zeros) {
                 self.media_errors.fetch_add(1, Ordering::Relaxed);
                 return Err(e.into());

@@ -130,6 +130,14 @@ impl Medium for CxlMedium {
         };
         check_range(self.len, off, len)?;
         let id = range_id(slot)?;
+        if self.exp.memory.working_id(id) {
+            // A working extent's key (ids from 65535 down) must not be cleared or reused:
+            // the extent stays unkeyed, which designs that need the range key refuse.
+            log::warn!(
+                "cxl: slot {slot}'s TEE range id is a working extent's; extent left unkeyed"
+            );
+            return Ok(());
+        }
         let (start, end) = (self.base + off, self.base + off + len);
         // Announced again at open: already keyed for exactly this extent.
         match self.exp.range_key(id) {
@@ -167,7 +175,7 @@ impl Medium for CxlMedium {
             return Ok(());
         }
         let id = range_id(slot)?;
-        if self.exp.range_key(id).is_none() {
+        if self.exp.range_key(id).is_none() || self.exp.memory.working_id(id) {
             return Ok(());
         }
         self.exp

@@ -16,13 +16,33 @@
 //! Races: every operation on a block (fault, host access, write-back,
 //! eviction) holds the lock of the block's cache set, so a block's state
 //! changes one step at a time; a resident block in the model is always
-//! present in the mapping, a clean one is always write-protected and a
-//! dirty one never is. A guest write racing an eviction is either before
-//! the write-protect (then it is in the copy written back) or blocked by it
-//! (then its fault, served after the eviction, fills the block again and
-//! the write lands there): no write is lost. Key changes take a
-//! reconfiguration lock exclusively, which every other operation holds
-//! shared, so no fill or write-back sees half a change.
+//! present in the mapping, and a clean one is always write-protected. A
+//! dirty block is writable, except inside a *working extent* (below), where
+//! it may be write-protected again while dirty. A guest write racing an
+//! eviction is either before the write-protect (then it is in the copy
+//! written back) or blocked by it (then its fault, served after the
+//! eviction, fills the block again and the write lands there): no write is
+//! lost. Key changes take a reconfiguration lock exclusively, which every
+//! other operation holds shared, so no fill or write-back sees half a
+//! change.
+//!
+//! Write tracking (`working.rs`): a [`WorkingExtent`] is a DPA range the VMM
+//! maps into the guest whose stores are recorded, one bit per block that
+//! survives eviction. A block of such an extent becomes writable in the
+//! mapping only in the fault handler (a write fault that fills it, or a
+//! write-protect fault that unprotects it), and both set its bit under the
+//! set lock first. [`WorkingExtent::take_written`] clears each set bit and
+//! write-protects the block (if resident and dirty) under the same lock, so
+//! the next store faults again: the write-protect fault handler therefore
+//! also serves dirty blocks ("dirty but protected for tracking": set the bit,
+//! unprotect, the block stays dirty). So that nothing else makes such a
+//! block writable behind the bit, host-path writes into an extent never
+//! unprotect: they replace the page with a write-protected copy that holds
+//! the write (`UFFDIO_COPY`), and a failed write-back leaves the block
+//! protected. Host-path writes set no bit. The extent also keeps a digest of what each of
+//! its blocks last wrote to the (untrusted) media, and a fill of the block checks the media's
+//! bytes against it before decrypting: a changed or rolled-back block is refused and read as
+//! zeros (`working.rs`).
 //!
 //! Counting: a guest access to a resident block never traps, so guest-path
 //! hits are not counted and the guest path updates LRU order only at fills;
@@ -31,12 +51,14 @@
 //!
 //! Files: this one holds the expander and its setup; `fault.rs` the block fill and eviction
 //! behind a fault; `host.rs` the host path, write-back and shutdown; `keys.rs` the TEE range
-//! keys; `medium.rs` the PMO store's medium over an expander. The fault threads are
-//! `uffd::FaultServer`'s.
+//! keys; `medium.rs` the PMO store's medium over an expander; `working.rs` the working area,
+//! its extents and their write tracking. The fault threads are `uffd::FaultServer`'s.
 
 mod medium;
+mod working;
 
 pub use medium::{CxlMedium, ExtentKeys};
+pub use working::{WorkingArea, WorkingExtent};
 
 use locked::{Locked, RwLocked};
 use std::io;
@@ -124,6 +146,36 @@ pub enum ExpanderError {
         /// The system's answer.
         source: io::Error,
     },
+    /// A working area that is empty, not 4 KiB aligned or not inside the device.
+    #[error("working area {start:#x}..{end:#x} is empty, unaligned or beyond the device")]
+    BadWorkingArea {
+        /// Its start DPA.
+        start: u64,
+        /// Its exclusive end DPA.
+        end: u64,
+    },
+    /// A working extent length that is not a non-zero multiple of 4 KiB.
+    #[error("working extent length {0:#x} is not a non-zero multiple of 4 KiB")]
+    BadExtentLen(u64),
+    /// No free run of the working area is long enough.
+    #[error("no room in the working area for {0:#x} bytes")]
+    NoRoom(u64),
+    /// Every TEE range id is taken.
+    #[error("no free TEE range id for a working extent")]
+    NoRangeId,
+    /// The random source gave no key.
+    #[error("no random bytes for a range key")]
+    NoRandom,
+    /// An access past the end of a working extent.
+    #[error("access {off:#x}+{len:#x} beyond working extent length {size:#x}")]
+    OutsideExtent {
+        /// Its offset in the extent.
+        off: u64,
+        /// Its length.
+        len: u64,
+        /// The extent's length.
+        size: u64,
+    },
 }
 
 fn os(what: &'static str) -> impl FnOnce(io::Error) -> ExpanderError {
@@ -133,7 +185,8 @@ fn os(what: &'static str) -> impl FnOnce(io::Error) -> ExpanderError {
 /// Counters beyond the cache model's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ExpanderCounters {
-    /// First writes to clean resident blocks seen through write protection.
+    /// Write-protect faults on resident blocks: first writes to clean blocks, and stores to
+    /// dirty blocks of a working extent that a take of its written pages protected again.
     pub wp_faults: u64,
     /// Write-protect faults whose block was gone when they were served: a
     /// store that raced an eviction and was held by its write-protect (it
@@ -142,6 +195,9 @@ pub struct ExpanderCounters {
     pub raced_evictions: u64,
     /// Fills and write-backs that failed on the media file.
     pub media_errors: u64,
+    /// Fills of working extents' blocks whose media bytes failed the integrity check (see
+    /// [`WorkingExtent::integrity_failures`]) and were replaced by zeros.
+    pub working_integrity_failures: u64,
     /// Blocks resident in the cache now.
     pub resident: u64,
     /// Of those, dirty.
@@ -172,8 +228,12 @@ pub(crate) struct CachedMedia {
     wp_faults: AtomicU64,
     raced_evictions: AtomicU64,
     media_errors: AtomicU64,
+    /// Working extents' fills refused by the integrity check.
+    integrity_failures: AtomicU64,
     /// A clean shutdown is recorded on media; a new write must undo that.
     clean: AtomicBool,
+    /// The working extents whose stores are recorded (few; empty unless design `c` runs).
+    tracked: RwLock<Vec<Arc<working::Tracker>>>,
 }
 
 impl std::fmt::Debug for Expander {
@@ -229,7 +289,9 @@ impl Expander {
             wp_faults: AtomicU64::new(0),
             raced_evictions: AtomicU64::new(0),
             media_errors: AtomicU64::new(0),
+            integrity_failures: AtomicU64::new(0),
             clean: AtomicBool::new(false),
+            tracked: RwLock::new(Vec::new()),
         });
         let faults = FaultServer::new().map_err(os("eventfd"))?;
         faults
@@ -272,6 +334,7 @@ impl CachedMedia {
             wp_faults: self.wp_faults.load(Ordering::Relaxed),
             raced_evictions: self.raced_evictions.load(Ordering::Relaxed),
             media_errors: self.media_errors.load(Ordering::Relaxed),
+            working_integrity_failures: self.integrity_failures.load(Ordering::Relaxed),
             resident: m.resident(),
             dirty: m.dirty_blocks().len() as u64,
         }
