@@ -28,6 +28,14 @@ pub enum StoreError {
     /// Size rules: a nonzero multiple of 4096 up to 64 GiB.
     #[error("invalid PMO size {0} (a nonzero multiple of 4096, at most 64 GiB)")]
     InvalidSize(u64),
+    /// A store asked to occupy more than its medium.
+    #[error("a store of {len} bytes does not fit a medium of {medium}")]
+    TooLong {
+        /// The length asked for.
+        len: u64,
+        /// The medium's length.
+        medium: u64,
+    },
     /// A page index beyond the PMO.
     #[error("page {page} beyond PMO of {npages} pages")]
     PageOutOfRange {

@@ -25,11 +25,16 @@ pub struct StoreOptions {
     /// Key-derivation cost of PMOs created through this handle without their own
     /// (not stored: each PMO's own cost is in its record).
     pub kdf: KdfParams,
+    /// Bytes of the medium the store occupies, from its start; `None`: all of it. The rest is
+    /// left to the medium's owner (the VMM keeps it for working copies on a CXL expander);
+    /// the store's superblock records the length, so later opens keep to it.
+    pub len: Option<u64>,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
         Self {
+            len: None,
             slots: None,
             anchor: None,
             kdf: KdfParams::DEFAULT,

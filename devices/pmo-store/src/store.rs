@@ -84,10 +84,18 @@ impl Store {
     ) -> Result<Store, StoreError> {
         let mut uuid = [0u8; 16];
         crate::crypto::random_bytes(&mut uuid)?;
-        let slots = opts
-            .slots
-            .unwrap_or_else(|| Superblock::slots_for(medium.len()));
-        let sb = Superblock::layout(uuid, medium.len(), slots)?;
+        let len = match opts.len {
+            None => medium.len(),
+            Some(len) if len <= medium.len() => len,
+            Some(len) => {
+                return Err(StoreError::TooLong {
+                    len,
+                    medium: medium.len(),
+                })
+            }
+        };
+        let slots = opts.slots.unwrap_or_else(|| Superblock::slots_for(len));
+        let sb = Superblock::layout(uuid, len, slots)?;
         // Scrub any old superblock first, then the table.
         medium.zero(0, sb.data_off)?;
         medium.persist(0, sb.data_off)?;

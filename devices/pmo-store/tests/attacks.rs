@@ -375,6 +375,7 @@ fn anchored(dir: &std::path::Path) -> (Arc<CrashMedium>, Store, std::path::PathB
             slots: Some(16),
             anchor: Some(anchor.clone()),
             kdf: KdfParams::INSECURE_FAST,
+            len: None,
         },
     )
     .unwrap();

@@ -447,3 +447,53 @@ fn faults_race_psync_on_one_session() {
         w.detach().wait().unwrap();
     }
 }
+
+/// A store formatted over the first part of its medium never writes past it, keeps to it
+/// when reopened, and a length past the medium is refused.
+#[test]
+fn a_store_given_part_of_its_medium_keeps_out_of_the_rest() {
+    use pmo_store::medium::Medium;
+    use pmo_store::{Store, StoreOptions};
+    let half = MEDIUM / 2;
+    let m = Arc::new(CrashMedium::new(MEDIUM));
+    let tail = vec![0xa5u8; (MEDIUM - half) as usize];
+    m.write(half, &tail).unwrap();
+    let opts = StoreOptions {
+        len: Some(half),
+        ..fast_options(16)
+    };
+    let s = Store::create(m.clone() as Arc<dyn Medium>, opts).unwrap();
+    assert_eq!(s.superblock().medium_len, half);
+    // More than the part's data area: refused, though the medium has room.
+    assert!(s.create_pmo("big", half, &key("k")).is_err());
+    let mut n = 0;
+    while s
+        .create_pmo(&format!("p{n}"), 256 * 1024, &key("k"))
+        .is_ok()
+    {
+        let a = s.attach(&format!("p{n}"), Perm::Write, &key("k")).unwrap();
+        let pages: Vec<(u64, [u8; PAGE])> = (0..64).map(|p| (p, page_of(n as u8, p))).collect();
+        a.psync(pages.iter().map(|(p, d)| (*p, d))).unwrap();
+        a.detach().wait().unwrap();
+        n += 1;
+    }
+    assert!(n >= 4, "only {n} PMOs fit");
+    s.destroy_pmo("p0", &key("k")).unwrap();
+    let mut now = vec![0u8; tail.len()];
+    m.read(half, &mut now).unwrap();
+    assert!(now == tail, "the store wrote past its part of the medium");
+    drop(s);
+    let (s, _) = Store::open(m.clone() as Arc<dyn Medium>).unwrap();
+    assert_eq!(s.superblock().medium_len, half);
+    assert!(s.create_pmo("big", half, &key("k")).is_err());
+
+    let past = StoreOptions {
+        len: Some(MEDIUM + 4096),
+        ..fast_options(16)
+    };
+    let m2 = Arc::new(CrashMedium::new(MEDIUM));
+    assert!(matches!(
+        Store::create(m2 as Arc<dyn Medium>, past),
+        Err(StoreError::TooLong { .. })
+    ));
+}
