@@ -498,10 +498,10 @@ static int abi(const char *name)
 	return ok ? 0 : 1;
 }
 
-static int stats(const char *name)
+/* Attaches NAME for writing, stores to its first 4 pages, psyncs and stats it. */
+static int touch4_and_stat(const char *name, struct pmo_stat *st)
 {
 	volatile unsigned char *p = attach(name, PMO_WRITE, key);
-	struct pmo_stat st;
 	size_t n;
 	int i;
 
@@ -514,11 +514,20 @@ static int stats(const char *name)
 		p[i * 4096 + 7] = (unsigned char)(i + 1);
 	if (psync((void *)p) < 0)
 		FAIL("psync: %s", strerror(errno));
-	if (pmo_stat((void *)p, &st) < 0)
+	if (pmo_stat((void *)p, st) < 0)
 		FAIL("pmo_stat: %s", strerror(errno));
 	detach((void *)p);
-	if (st.size != n)
-		FAIL("stat size %llu, attached %zu", (unsigned long long)st.size, n);
+	if (st->size != n)
+		FAIL("stat size %llu, attached %zu", (unsigned long long)st->size, n);
+	return 0;
+}
+
+static int stats(const char *name)
+{
+	struct pmo_stat st;
+
+	if (touch4_and_stat(name, &st))
+		return 1;
 	if (st.pages_decrypted + st.pages_prefetched < 4 || st.faults < 1 || st.psyncs != 1 ||
 	    st.psync_pages < 4 || st.perm != PMO_WRITE || st.integrity_failures)
 		FAIL("after touching 4 pages and one psync: faults %llu decrypted %llu prefetched %llu "
@@ -532,6 +541,29 @@ static int stats(const char *name)
 	       (unsigned long long)st.faults, (unsigned long long)st.pages_decrypted,
 	       (unsigned long long)st.pages_prefetched, (unsigned long long)st.psyncs,
 	       (unsigned long long)st.psync_pages, (unsigned long long)st.fault_ns_total);
+	return 0;
+}
+
+/*
+ * A design c attachment mapped from the expander's memory: the host's pager never sees a
+ * fault of it, and psync persists exactly the pages the expander saw written.
+ */
+static int stats_direct(const char *name)
+{
+	struct pmo_stat st;
+
+	if (touch4_and_stat(name, &st))
+		return 1;
+	if (st.faults || st.pages_decrypted || st.pages_prefetched || st.psyncs != 1 ||
+	    st.psync_pages != 4 || st.perm != PMO_WRITE || st.integrity_failures)
+		FAIL("after touching 4 pages of an expander-mapped PMO and one psync: faults %llu "
+		     "decrypted %llu prefetched %llu psyncs %llu psync_pages %llu perm %d "
+		     "integrity_failures %llu",
+		     (unsigned long long)st.faults, (unsigned long long)st.pages_decrypted,
+		     (unsigned long long)st.pages_prefetched, (unsigned long long)st.psyncs,
+		     (unsigned long long)st.psync_pages, st.perm,
+		     (unsigned long long)st.integrity_failures);
+	printf("ok mapped from the expander: no pager fault, psync of exactly the 4 pages written\n");
 	return 0;
 }
 
@@ -802,6 +834,7 @@ static const struct {
 	{ "abi", abi },
 	{ "rebind", rebind },
 	{ "stats", stats },
+	{ "stats-direct", stats_direct },
 	{ "fill", fill },
 };
 
@@ -812,7 +845,7 @@ int main(int argc, char **argv)
 	key = getenv("PMO_KEY");
 	if (argc < 3 || !key || !*key) {
 		fprintf(stderr, "usage: PMO_KEY=K pmo_probe wrongkey|rowrite|readers|excl|"
-				"destroybusy|wb|detachmapped|crash|abi|rebind|stats|fill|poisoned|kernel_write NAME [BADKEY|PAGE [MARKER [ahead] [pipe]]]\n");
+				"destroybusy|wb|detachmapped|crash|abi|rebind|stats|stats-direct|fill|poisoned|kernel_write NAME [BADKEY|PAGE [MARKER [ahead] [pipe]]]\n");
 		return 2;
 	}
 	if (!strcmp(argv[1], "wrongkey") && argc == 4)

@@ -21,12 +21,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use cxl_t3::WorkingArea;
 use pmo_host::{HostConfig, HostError, PmoHost};
 use pmo_store::crypto::{Suite, UserKey, PAGE};
 use pmo_store::medium::{FileMedium, Medium, PmTiming, TimedMedium};
-use pmo_store::{CreateOptions, Design, DetachHandle, Perm, Store, StoreError, StoreOptions};
+use pmo_store::{
+    CreateOptions, Design, DetachHandle, Perm, Session, Store, StoreError, StoreOptions,
+};
 use pmo_virtio::pager::{Pager, PagerError, SliceStats};
 use pmo_virtio::source::{Attachment, AttachmentError};
+use pmo_virtio::working::{WorkingCopy, WorkingError};
 
 use crate::workloads::{PlainMem, Workload, WorkloadError};
 
@@ -68,6 +72,9 @@ pub enum EngineError {
     /// An attachment's psync or detach failed.
     #[error("attachment: {0}")]
     Attachment(#[from] AttachmentError),
+    /// A design `c` working copy could not be made or psynced.
+    #[error("working copy: {0}")]
+    Working(#[from] WorkingError),
     /// A PMO larger than this process can map.
     #[error("PMO of {0} bytes does not fit the address space")]
     TooLarge(usize),
@@ -271,6 +278,9 @@ pub struct Env {
     /// What the pager charges per page moved into or out of expander device memory (design
     /// `cf`); 0 on a file.
     device_latency_ns: u64,
+    /// Design `c`'s working area on the expander: its cells touch the expander's memory
+    /// directly rather than a pager window.
+    area: Option<Arc<WorkingArea>>,
 }
 
 /// Read and write slowdowns of `--pm-model` relative to the DRAM-backed file (PMBD-style
@@ -290,17 +300,22 @@ impl Env {
     /// A store of at least `len` bytes with `slots` PMO table slots on an emulated CXL
     /// expander (`--pmo-store cxl=NAME`): where the CXL designs (`c`, `cl`, `cf`) run. The
     /// pagers of its cells charge `device_latency_ns` per page moved into or out of device
-    /// memory.
+    /// memory. With `working` > 0 the device's last `working` bytes are design `c`'s working
+    /// area (`direct=`): its cells' working copies live there and are touched directly.
     pub fn on_cxl(
         len: u64,
         slots: u32,
         model: crate::cxl_store::ExpanderModel,
         device_latency_ns: u64,
+        working: u64,
     ) -> Result<Env, EngineError> {
         let dir = scratch_dir()?;
-        let (store, _media, desc) = crate::cxl_store::expander_store(&dir, len, slots, model)?;
+        let working = working.next_multiple_of(PAGE as u64);
+        let x = crate::cxl_store::expander_store_with_area(&dir, len, slots, model, working)?;
+        let desc = x.desc;
         Ok(Env {
-            store,
+            area: x.area,
+            store: x.store,
             key: UserKey::new(KEY).map_err(|e| EngineError::Store(e.into()))?,
             dir,
             medium: format!("{desc}, {device_latency_ns} ns per page of device memory"),
@@ -348,6 +363,7 @@ impl Env {
             medium: desc,
             next: 0,
             device_latency_ns: 0,
+            area: None,
         })
     }
 }
@@ -447,29 +463,46 @@ impl Drop for Env {
     }
 }
 
-/// One live attach session: the store session behind a pager slice.
-struct Attached(Attachment);
+/// One live attach session: the store session behind a pager slice, or (design `c` with a
+/// working area) beside its working copy on the expander.
+enum Attached {
+    Window(Attachment),
+    Direct { copy: WorkingCopy, session: Session },
+}
 
 impl Attached {
-    /// The PMO's bytes in the window.
+    /// The PMO's bytes: its slice of the window, or its working copy.
     ///
     /// The caller holds the pager for as long as the attachment (it is dropped only after the
-    /// last detach), which keeps the mapping alive; the exclusive borrow of `self` makes the
-    /// slice the only view of it in the harness. The slice is the attachment's own part of
-    /// the window, which nothing else in the harness touches while the workload runs. The pager
-    /// only installs pages that are not present yet (the kernel makes the faulting access wait)
-    /// and reads dirty pages at psync, which the harness calls between iterations.
-    fn window(&mut self, pager: &Pager) -> Result<&mut [u8], EngineError> {
-        let offset = self.0.offset();
-        let len = usize::try_from(self.0.npages() * PAGE as u64)
-            .map_err(|_| EngineError::TooLarge(usize::MAX))?;
-        if offset + len as u64 > pager.size() {
-            return Err(EngineError::Pager(PagerError::NoSlice(offset)));
+    /// last detach), which keeps the mapping alive; a working copy's memory is the expander's
+    /// DPA mapping, alive while the copy is. The exclusive borrow of `self` makes the slice the
+    /// only view of it in the harness, and nothing else in the harness touches that memory
+    /// while the workload runs. The pager or the expander only install pages that are not
+    /// present yet (the kernel makes the faulting access wait) and read written pages at
+    /// psync, which the harness calls between iterations.
+    fn memory(&mut self, pager: &Pager) -> Result<&mut [u8], EngineError> {
+        let (addr, len) = match self {
+            Attached::Window(a) => {
+                let len = a.npages() * PAGE as u64;
+                if a.offset() + len > pager.size() {
+                    return Err(EngineError::Pager(PagerError::NoSlice(a.offset())));
+                }
+                (a.host_addr(pager), len)
+            }
+            Attached::Direct { copy, .. } => (copy.host_addr(), copy.len()),
+        };
+        let len = usize::try_from(len).map_err(|_| EngineError::TooLarge(usize::MAX))?;
+        // SAFETY: `[addr, addr + len)` is the attachment's own live memory (checked above for
+        // the window); see the doc comment for why exclusive use holds for the borrow.
+        Ok(unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) })
+    }
+
+    /// Psyncs the pages written since the last psync; returns how many.
+    fn psync(&self, pager: &Pager) -> Result<u64, EngineError> {
+        match self {
+            Attached::Window(a) => Ok(a.psync(pager)?),
+            Attached::Direct { copy, session } => Ok(copy.psync(session)?),
         }
-        // SAFETY: `[offset, offset + len)` lies inside the pager's live anonymous mapping (checked
-        // above), owned by this attachment until `detach`; see the doc comment for why exclusive
-        // use holds for the caller's borrow.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.0.host_addr(pager) as *mut u8, len) })
     }
 }
 
@@ -561,14 +594,14 @@ fn run_created(
     let mut in_session = 0;
     let iters = w.iters();
     for it in 0..iters {
-        let mem = cur.window(&pager)?;
+        let mem = cur.memory(&pager)?;
         let t = Instant::now();
         w.run_iter(mem, it, p.threads)?;
         b.workload_ns += t.elapsed().as_nanos() as u64;
         let last = it + 1 == iters;
         if (it + 1) % p.cadence.max(1) == 0 || last {
             let t = Instant::now();
-            b.psync_pages += cur.0.psync(&pager)?;
+            b.psync_pages += cur.psync(&pager)?;
             b.psync_ns += t.elapsed().as_nanos() as u64;
             b.psyncs += 1;
             in_session += 1;
@@ -622,11 +655,15 @@ fn attach_one(
     let session = env
         .store
         .attach_with(name, Perm::Write, &env.key, Some(spec.design))?;
+    if let (Design::C, Some(area)) = (spec.design, &env.area) {
+        let copy = WorkingCopy::attach(&session, area)?;
+        return Ok(Attached::Direct { copy, session });
+    }
     let predictor = spec
         .predictor
         .map(pmo_policies::predictor_from_name)
         .transpose()?;
-    Ok(Attached(Attachment::attach(
+    Ok(Attached::Window(Attachment::attach(
         pager, session, true, predictor,
     )?))
 }
@@ -638,7 +675,19 @@ fn detach(
     sessions: &mut Vec<SessionPages>,
 ) -> Result<DetachHandle, EngineError> {
     use std::sync::atomic::Ordering::Relaxed;
-    let a = a.0;
+    let a = match a {
+        Attached::Window(a) => a,
+        Attached::Direct { copy, session } => {
+            // No pager: nothing faulted or predicted through it.
+            sessions.push(SessionPages::default());
+            let t = Instant::now();
+            // The working copy goes first (wiped), then the session.
+            drop(copy);
+            let h = session.detach();
+            b.detach_ns += t.elapsed().as_nanos() as u64;
+            return Ok(h);
+        }
+    };
     // Not timed: bookkeeping of the harness.
     let sets = pager.page_sets(a.offset())?;
     let stats = a.stats().clone();
@@ -688,8 +737,9 @@ mod tests {
     }
 
     /// LPMO's CXL columns: the file designs on the file store, the CXL designs on a real
-    /// expander store; every cell's psynced result matches plain memory, the CXL designs have
-    /// no run without integrity, and a CXL design is refused on the file store.
+    /// expander store (design `c` in its working area, touched directly); every cell's
+    /// psynced result matches plain memory, the CXL designs have no run without integrity,
+    /// and a CXL design is refused on the file store.
     #[test]
     fn the_cxl_figure_runs_each_design_on_its_store() {
         let w = Workload::Lu { n: 40 };
@@ -699,7 +749,14 @@ mod tests {
             cache: 4 << 20,
             media_latency_ns: 0,
         };
-        let mut cxl = Env::on_cxl(3 * w.pmo_bytes() as u64 + (32 << 20), 64, model, 0).unwrap();
+        let mut cxl = Env::on_cxl(
+            3 * w.pmo_bytes() as u64 + (32 << 20),
+            64,
+            model,
+            0,
+            w.pmo_bytes() as u64,
+        )
+        .unwrap();
         let p = RunParams {
             threads: 1,
             cadence: 8,
@@ -718,7 +775,13 @@ mod tests {
             let env = if *on_cxl { &mut cxl } else { &mut file };
             let r = run_cell(env, &w, spec, true, p, want).unwrap();
             assert_eq!(r.checksum, want, "{}", spec.label);
-            assert!(r.breakdown.faults > 0, "{}", spec.label);
+            if spec.design == Design::C {
+                // Its working copy is the expander's memory: no pager fault at all.
+                assert_eq!(r.breakdown.faults, 0, "{}", spec.label);
+                assert!(r.breakdown.psync_pages > 0, "{}", spec.label);
+            } else {
+                assert!(r.breakdown.faults > 0, "{}", spec.label);
+            }
             if *on_cxl {
                 assert!(matches!(
                     run_cell(&mut cxl, &w, spec, false, p, want),

@@ -286,11 +286,13 @@ fn run(a: &Args) -> Result<Report, CliError> {
     });
     let mut cxl_env = match cxl_model {
         // As `Env::new`: primaries, tree and shadow copy take a little over twice the data.
+        // The last `max` bytes are design c's working area: its working copy lives there.
         Some(model) => Some(Env::on_cxl(
             max as u64 * 3 + (32 << 20),
             64,
             model,
             CXL_DEVMEM_LATENCY_NS,
+            max as u64,
         )?),
         None => None,
     };

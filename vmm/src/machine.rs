@@ -226,8 +226,19 @@ impl Machine {
                         .get(on.expander)
                         .ok_or(MachineError::PmoExpander)?;
                     let m = cxl::pmo_store_medium(c, on)?;
+                    let mut dev = PmoDevice::with_medium(p, m.medium, m.blank)?;
+                    let store_len = dev.service().store_len();
+                    if let Some(area) = cxl::working_area(c, &m.expander, store_len, on)? {
+                        log::info!(
+                            "PMO store on {}: design c working area {:#x}+{:#x}, mapped into the guest",
+                            c.media.display(),
+                            area.start(),
+                            area.len()
+                        );
+                        dev.set_direct_area(area);
+                    }
                     pmo_expander = Some(m.expander);
-                    PmoDevice::with_medium(p, m.medium, m.blank)?
+                    dev
                 }
                 None => PmoDevice::new(p)?,
             };

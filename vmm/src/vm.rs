@@ -92,11 +92,16 @@ impl Vm {
             .map(|(start, len)| (GuestAddress(start), len as usize))
             .collect();
         let mem = GuestMemoryMmap::from_ranges(&ranges).map_err(VmError::GuestMemory)?;
+        // KVM's own limit (509 or 32764 on x86), capped: PMO attachments on a CXL expander
+        // take one slot each while attached.
+        let max_slots = u32::try_from(kvm.get_nr_memslots())
+            .unwrap_or(u32::MAX)
+            .clamp(MIN_SLOTS, MAX_SLOTS);
         let vm = Vm {
             kvm,
             fd: Arc::new(fd),
             mem,
-            slots: Arc::new(SlotAllocator::default()),
+            slots: Arc::new(SlotAllocator::new(max_slots)),
         };
         for region in vm.mem.iter() {
             let slot = vm.slots.alloc()?;
@@ -172,25 +177,36 @@ impl SlotMapper {
 }
 
 /// Hands out KVM memslot numbers.
-#[derive(Default)]
 struct SlotAllocator {
     next: AtomicU32,
     free: std::sync::Mutex<Vec<u32>>,
+    max: u32,
 }
 
-/// KVM guarantees at least 32 user slots on x86; we never need more.
-const MAX_SLOTS: u32 = 32;
+/// KVM guarantees at least 32 user slots on x86.
+const MIN_SLOTS: u32 = 32;
+/// RAM, device memory and one slot per PMO attachment on an expander fit in this many.
+const MAX_SLOTS: u32 = 1024;
 
 impl SlotAllocator {
+    fn new(max: u32) -> Self {
+        Self {
+            next: AtomicU32::new(0),
+            free: std::sync::Mutex::new(Vec::new()),
+            max,
+        }
+    }
+
     fn alloc(&self) -> Result<u32, VmError> {
         if let Some(s) = self.free.locked().pop() {
             return Ok(s);
         }
-        let s = self.next.fetch_add(1, Ordering::Relaxed);
-        if s >= MAX_SLOTS {
-            return Err(VmError::NoSlot);
-        }
-        Ok(s)
+        // Never past `max`, however often a full table is asked again.
+        self.next
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
+                (s < self.max).then_some(s + 1)
+            })
+            .map_err(|_| VmError::NoSlot)
     }
 
     fn release(&self, slot: u32) {

@@ -100,6 +100,76 @@ pub trait VirtioDevice: Send {
     fn shared_memory(&self) -> Vec<DeviceMemory> {
         Vec::new()
     }
+    /// Hands the device the means to map memory into the run-time part of its shared memory
+    /// regions ([`DeviceMemory::runtime_len`]). The transport calls it once, before the
+    /// driver can see the device, if any region has such a part.
+    fn set_shm_mapper(&mut self, _mapper: Arc<dyn ShmMapper>) {}
+}
+
+/// Maps host memory into the run-time part of a device's shared memory region while the
+/// device runs, wherever the guest has placed the region (and again if it moves it).
+pub trait ShmMapper: Send + Sync {
+    /// Maps `len` bytes at `host_addr` at `offset` bytes into shared memory region `region`
+    /// (an index into [`VirtioDevice::shared_memory`]); the guest sees them there until the
+    /// returned [`ShmMapping`] is dropped. The range must lie in the region's run-time part
+    /// and overlap no other live mapping. A `read_only` mapping refuses guest stores (they
+    /// become MMIO exits the VMM ignores).
+    ///
+    /// # Safety
+    /// `host_addr..host_addr + len` must stay mapped in this process for as long as the
+    /// returned [`ShmMapping`] lives.
+    unsafe fn map(
+        &self,
+        region: usize,
+        offset: u64,
+        host_addr: u64,
+        len: u64,
+        read_only: bool,
+    ) -> Result<ShmMapping, ShmMapError>;
+}
+
+/// A live mapping made through a [`ShmMapper`]; dropping it takes the memory out of the guest.
+pub struct ShmMapping {
+    _owner: Box<dyn Send + Sync>,
+}
+
+impl ShmMapping {
+    /// Wraps the transport's owner of the mapping (whose drop unmaps it).
+    pub fn new(owner: Box<dyn Send + Sync>) -> Self {
+        Self { _owner: owner }
+    }
+}
+
+impl std::fmt::Debug for ShmMapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ShmMapping")
+    }
+}
+
+/// Why a run-time shared memory mapping was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ShmMapError {
+    /// The device has no such region, or the range is outside its run-time part.
+    #[error("{offset:#x}+{len:#x} is outside the run-time part of shared memory region {region}")]
+    OutOfRange {
+        /// The region asked for.
+        region: usize,
+        /// Offset asked for.
+        offset: u64,
+        /// Length asked for.
+        len: u64,
+    },
+    /// The range is empty, not page-aligned, or overlaps a live mapping.
+    #[error("{offset:#x}+{len:#x} is empty, unaligned or overlaps a live mapping")]
+    Conflict {
+        /// Offset asked for.
+        offset: u64,
+        /// Length asked for.
+        len: u64,
+    },
+    /// The hypervisor refused the mapping.
+    #[error("map into the guest: {0}")]
+    Hypervisor(String),
 }
 
 /// Host memory a device exposes directly to the guest at a physical address
@@ -110,6 +180,9 @@ pub struct DeviceMemory {
     pub host_addr: u64,
     /// Length of the mapping in bytes.
     pub len: u64,
+    /// Guest-physical space after the first `len` bytes that the device fills while it runs,
+    /// through the [`ShmMapper`] it is given (a hole to the guest until then; 0 for none).
+    pub runtime_len: u64,
 }
 
 /// Serves every available chain of `queue` with `serve` (which returns the

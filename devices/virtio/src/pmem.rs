@@ -242,6 +242,7 @@ impl VirtioDevice for Pmem {
         vec![DeviceMemory {
             host_addr: self.mapping.addr as u64,
             len: self.mapping.len as u64,
+            runtime_len: 0,
         }]
     }
 }

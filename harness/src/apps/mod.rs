@@ -283,7 +283,8 @@ impl Apps {
             })
             .into());
         };
-        Ok(Env::on_cxl(len, slots, model, devmem)?)
+        // The applications attach through `PmoHost` and its pager: no working area.
+        Ok(Env::on_cxl(len, slots, model, devmem, 0)?)
     }
 
     /// YCSB's database after the load phase: LMDB's data file, loaded once on a file.

@@ -174,7 +174,8 @@ impl VmSpec {
     }
 
     /// Gives the VM the PMO device with its store on the expander `id` (declared with
-    /// `cxl_t3(.., "id=ID,guest=off")`), keyed from `master_key`.
+    /// `cxl_t3(.., "id=ID,guest=off")`), keyed from `master_key`. `id` may carry more
+    /// `--pmo-store` options after a comma (`store,direct=64M`).
     pub fn pmo_store_on_cxl(mut self, id: &str, master_key: impl Into<PathBuf>) -> Self {
         self.pmo_on_cxl = Some((id.to_string(), master_key.into()));
         self

@@ -11,7 +11,10 @@
 //! In the same boot, LPMO's CXL designs (`--pmo-design c|cl|cf`), each on its own media: VM
 //! "cxl-DESIGN" runs the same scenarios under the design (its PMOs get the `tee-blake3` suite:
 //! the range key is their only cipher), VM "cxl-DESIGN-restart", a new VMM process, reads the
-//! list back; then the same media scan, `ls` and `fsck` on the host.
+//! list back; then the same media scan, `ls` and `fsck` on the host. Design `c` runs with a
+//! working area (`direct=64M`): its working copies live on the expander and are mapped into
+//! the guest; afterwards that area of the media holds nothing but zero blocks, and it holds
+//! some (the working copies were written there and wiped at detach).
 
 // Test code: an unwrap that fails is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -32,6 +35,8 @@ const MASTER: [u8; 32] = *b"vm-test master key, 32 bytes ok!";
 
 /// LPMO's CXL designs, each run on its own media after the default design's pair of VMs.
 const DESIGNS: [&str; 3] = ["c", "cl", "cf"];
+/// Design `c`'s working area at the end of its expander (`--pmo-store cxl=store,direct=`).
+const DIRECT: u64 = 64 << 20;
 
 struct Group {
     vms: Vec<VmOutcome>,
@@ -59,25 +64,31 @@ fn group() -> &'static Group {
         let master = dir.join("master.key");
         std::fs::write(&master, MASTER).map_err(|e| e.to_string())?;
         let marker = unique_pattern("CXLPMOSECRET");
-        let vm = |name: &str, media: &PathBuf| {
+        let vm_with = |name: &str, media: &PathBuf, store: &str| {
             VmSpec::new(name)
                 .param("pattern", &marker)
                 .param("devices", "0")
                 .cxl_t3(media, SIZE, None, OPTS)
-                .pmo_store_on_cxl("store", &master)
+                .pmo_store_on_cxl(store, &master)
         };
+        let vm = |name: &str, media: &PathBuf| vm_with(name, media, "store");
         let mut specs = vec![
             vm("cxl-store", &media).scenarios(["cxl_count", "pmo_basic", "pmo_list_build"]),
             vm("cxl-store-restart", &media).scenarios(["pmo_list_check"]),
         ];
         for (d, m) in DESIGNS.iter().zip(&design_media) {
-            let with_design = |spec: VmSpec| spec.extra_arg("--pmo-design").extra_arg(*d);
-            specs.push(
-                with_design(vm(&format!("cxl-{d}"), m)).scenarios(["pmo_basic", "pmo_list_build"]),
-            );
-            specs.push(
-                with_design(vm(&format!("cxl-{d}-restart"), m)).scenarios(["pmo_list_check"]),
-            );
+            let store = match *d {
+                "c" => format!("store,direct={}M", DIRECT >> 20),
+                _ => "store".to_string(),
+            };
+            let with_design = |name: String| {
+                vm_with(&name, m, &store)
+                    .param("direct", if *d == "c" { "1" } else { "0" })
+                    .extra_arg("--pmo-design")
+                    .extra_arg(*d)
+            };
+            specs.push(with_design(format!("cxl-{d}")).scenarios(["pmo_basic", "pmo_list_build"]));
+            specs.push(with_design(format!("cxl-{d}-restart")).scenarios(["pmo_list_check"]));
         }
         let vms = run_vms(&specs).map_err(|e| e.to_string())?;
         Ok(Group {
@@ -159,4 +170,32 @@ fn lpmo_cxl_designs_round_trip_with_the_range_key_as_their_only_cipher() {
         let design = Design::from_name(d).unwrap();
         assert_eq!((list.design, list.suite), (design, Suite::TeeBlake3), "{d}");
     }
+}
+
+/// Design `c` with a working area: the guest's working copies were written to the expander
+/// (the area's media blocks are allocated) and wiped at detach (they are all zero), and the
+/// store kept out of the area.
+#[test]
+fn design_c_working_copies_live_on_the_expander_and_are_wiped() {
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::io::AsRawFd;
+    let g = group();
+    g.vms[2].assert_all_ok(&["pmo_basic", "pmo_list_build"]);
+    let media = &g.design_media[0];
+    let area = cxl_t3::media::HEADER_LEN + SIZE - DIRECT;
+    let mut f = std::fs::File::open(media).unwrap();
+    // SAFETY: lseek on a descriptor this test owns; no memory is touched.
+    let data = unsafe { libc::lseek(f.as_raw_fd(), area as libc::off_t, libc::SEEK_DATA) };
+    assert!(
+        data >= 0 && (data as u64) < area + DIRECT,
+        "no block of the working area was ever written: the working copies were not on the expander"
+    );
+    f.seek(SeekFrom::Start(area)).unwrap();
+    let mut bytes = Vec::new();
+    f.take(DIRECT).read_to_end(&mut bytes).unwrap();
+    assert_eq!(bytes.len() as u64, DIRECT);
+    assert!(
+        bytes.iter().all(|&b| b == 0),
+        "the working area holds data after every PMO was detached"
+    );
 }

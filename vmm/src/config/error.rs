@@ -162,6 +162,14 @@ pub enum ConfigError {
     /// A master key for a store that does not use one.
     #[error("--pmo-master-key is for a PMO store on an expander (--pmo-store cxl=NAME)")]
     PmoMasterKeyUnused,
+    /// A working area for design `c` that leaves no room for the store.
+    #[error("--pmo-store direct={direct}: must be a non-zero multiple of 2M leaving at least 16M of the {device} expander to the store")]
+    PmoDirect {
+        /// The size asked for.
+        direct: ByteSize,
+        /// The expander's size.
+        device: ByteSize,
+    },
     /// A PMO window the address map cannot hold or the pager cannot use.
     #[error("PMO window {0}: must be a non-zero multiple of 2M, at most 64G")]
     PmoWindow(ByteSize),

@@ -73,6 +73,8 @@ pub const DEFAULT_CMDLINE: &str = "console=ttyS0 panic=-1";
 /// Default PMO window: room for a few large PMOs attached at once; it is reserved address
 /// space, not memory, until pages are touched.
 pub const DEFAULT_PMO_WINDOW: u64 = 1 << 30;
+/// Smallest store `direct=` leaves on an expander.
+pub const MIN_CXL_STORE: u64 = 16 << 20;
 /// Largest PMO window: a quarter of the 64-bit MMIO window.
 pub const MAX_PMO_WINDOW: u64 = layout::MMIO64_SIZE / 4;
 /// Fault-service threads of the PMO window: enough to overlap decryption with a second
@@ -115,6 +117,9 @@ pub struct PmoOnCxl {
     pub master_key: std::path::PathBuf,
     /// The ranges' cipher (`cipher=xts-128|xts-256`, XTS-256 by default).
     pub cipher: RangeCipher,
+    /// `direct=SIZE`: bytes at the end of the expander kept out of a newly formatted store
+    /// for the working copies of design `c`, which the guest maps directly.
+    pub direct: Option<u64>,
 }
 
 impl VmConfig {
@@ -231,7 +236,7 @@ impl VmConfig {
     }
 }
 
-/// The PMO device: `--pmo-store FILE[,SIZE]|cxl=NAME[,cipher=C]` and the `--pmo-*` settings that need
+/// The PMO device: `--pmo-store FILE[,SIZE]|cxl=NAME[,cipher=C][,direct=SIZE]` and the `--pmo-*` settings that need
 /// it; with `cxl=NAME`, the expander it lives on (`cxl_t3`: the parsed `--cxl-t3` devices).
 fn pmo_config(
     src: &Sources<'_>,
@@ -261,7 +266,12 @@ fn pmo_config(
         }
         return Ok((None, None));
     };
-    let opts = OptionList::parse("pmo-store", store, &["path", "size", "cxl", "cipher"], 2)?;
+    let opts = OptionList::parse(
+        "pmo-store",
+        store,
+        &["path", "size", "cxl", "cipher", "direct"],
+        2,
+    )?;
     let (store, store_size, on_cxl) = match opts.get("cxl") {
         Some(name) => {
             if opts.get("path").is_some() || opts.get("size").is_some() {
@@ -282,18 +292,37 @@ fn pmo_config(
                     .ok_or_else(|| opts.error(format!("cipher {c:?} is not xts-128 or xts-256")))?,
                 None => RangeCipher::default(),
             };
+            let direct = opts.size("direct")?;
+            if let Some(d) = direct {
+                // The store needs room for its table and at least one PMO besides.
+                if d == 0
+                    || !d.is_multiple_of(PMEM_ALIGN)
+                    || d.saturating_add(MIN_CXL_STORE) > dev.size
+                {
+                    return Err(ConfigError::PmoDirect {
+                        direct: ByteSize(d),
+                        device: ByteSize(dev.size),
+                    });
+                }
+            }
             let master_key = master_key.clone().ok_or(ConfigError::PmoNoMasterKey)?;
             check_readable("PMO master key file", &master_key)?;
             let on = PmoOnCxl {
                 expander: index,
                 master_key,
                 cipher,
+                direct,
             };
             (dev.media.clone(), None, Some(on))
         }
         None => {
             if master_key.is_some() {
                 return Err(ConfigError::PmoMasterKeyUnused);
+            }
+            if opts.get("direct").is_some() {
+                return Err(opts.error(
+                    "direct= is for a store on an expander (cxl=NAME): it keeps part of the expander for design c's working copies".into(),
+                ));
             }
             if opts.get("cipher").is_some() {
                 return Err(opts.error(
@@ -360,6 +389,11 @@ fn pmo_config(
         store_options: StoreOptions {
             kdf,
             anchor,
+            // A store formatted on the expander leaves the working area out.
+            len: on_cxl.as_ref().and_then(|on| {
+                let dev = cxl_t3.get(on.expander)?;
+                Some(dev.size - on.direct?)
+            }),
             ..StoreOptions::default()
         },
         dram_budget,

@@ -759,8 +759,37 @@ fn pmo_store_on_a_private_expander() {
             expander: 0,
             master_key: s.path("master"),
             cipher: RangeCipher::Xts256,
+            direct: None,
         })
     );
+    assert_eq!(ok.pmo.as_ref().unwrap().store_options.len, None);
+    let direct = run(&[
+        "--cxl-t3",
+        &private,
+        "--pmo-store",
+        "cxl=store,direct=64M",
+        "--pmo-master-key",
+        &master,
+    ])
+    .unwrap();
+    assert_eq!(direct.pmo_on_cxl.unwrap().direct, Some(64 << 20));
+    assert_eq!(direct.pmo.unwrap().store_options.len, Some(192 << 20));
+    for bad in ["direct=0", "direct=3M", "direct=248M", "direct=1G"] {
+        let msg = run(&[
+            "--cxl-t3",
+            &private,
+            "--pmo-store",
+            &format!("cxl=store,{bad}"),
+            "--pmo-master-key",
+            &master,
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            msg.contains("leaving at least 16M of the 256M expander"),
+            "{bad}: {msg}"
+        );
+    }
     let xts128 = run(&[
         "--cxl-t3",
         &private,
@@ -841,6 +870,8 @@ fn pmo_store_on_a_private_expander() {
     .contains("cipher \"xts-512\" is not xts-128 or xts-256"));
     assert!(e(&["--pmo-store", &format!("{store},1G,cipher=xts-128")])
         .contains("cipher= is for a store on an expander"));
+    assert!(e(&["--pmo-store", &format!("{store},1G,direct=64M")])
+        .contains("direct= is for a store on an expander"));
     assert!(e(&[
         "--cxl-t3",
         &private,

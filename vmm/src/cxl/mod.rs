@@ -23,6 +23,7 @@ use cxl_t3::expander::{CxlMedium, Expander, ExpanderConfig, ExpanderError};
 use cxl_t3::lsa::{Lsa, LsaError};
 use cxl_t3::mailbox::{Commands, Health, MailboxError};
 use cxl_t3::regs::{self, DeviceRegs};
+use cxl_t3::WorkingArea;
 use pmo_store::crypto::{ExtentKeyring, RangeCipher};
 use pmo_store::medium::Medium;
 use zeroize::Zeroizing;
@@ -57,6 +58,13 @@ pub enum CxlError {
     Mailbox(#[from] MailboxError),
     #[error("cxl-t3: at most {} devices", layout::CXL_MAX_HOST_BRIDGES)]
     TooMany,
+    #[error("cxl-t3 {media}: the PMO store takes {store} of {device} bytes, no room for direct={direct} (the store was formatted without it)")]
+    NoWorkingArea {
+        media: String,
+        store: u64,
+        device: u64,
+        direct: u64,
+    },
 }
 
 /// Class code the guest's `cxl_pci` binds to: memory controller, CXL, CXL 2.0 memory device.
@@ -237,6 +245,38 @@ pub fn keyed_store_medium(
         medium,
         blank,
     })
+}
+
+/// The working area of design `c` on the PMO store's expander: whatever of the DPA space
+/// the store (`store_len` bytes from the start) leaves, if anything. `direct=` asks for at
+/// least that much; a store formatted with a working area keeps it without asking again.
+pub fn working_area(
+    cfg: &CxlT3Config,
+    expander: &Arc<Expander>,
+    store_len: u64,
+    on: &PmoOnCxl,
+) -> Result<Option<Arc<WorkingArea>>, CxlError> {
+    let device = expander.size();
+    let left = device.saturating_sub(store_len);
+    if let Some(direct) = on.direct {
+        if left < direct {
+            return Err(CxlError::NoWorkingArea {
+                media: cfg.media.display().to_string(),
+                store: store_len,
+                device,
+                direct,
+            });
+        }
+    }
+    if left == 0 {
+        return Ok(None);
+    }
+    WorkingArea::new(expander.clone(), store_len, device)
+        .map(Some)
+        .map_err(|source| CxlError::Expander {
+            media: cfg.media.display().to_string(),
+            source,
+        })
 }
 
 /// Whether the media file holds nothing yet: missing, or every DPA byte zero (as `pmovmm cxl
@@ -592,6 +632,7 @@ mod tests {
             expander: 0,
             master_key: key.clone(),
             cipher: RangeCipher::default(),
+            direct: None,
         };
         let m = pmo_store_medium(&cfg, &on).unwrap();
         assert!(m.blank);

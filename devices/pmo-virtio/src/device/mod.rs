@@ -26,6 +26,7 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use crate::pager::{Detected, FillError, PageSource, Pager, PagerError, SliceStats, HIST_BUCKETS};
 use crate::proto::{self, Request, Status};
 use crate::source::SessionSource;
+use direct::{DirectCopy, DirectSetup};
 use pmo_store::crypto::{UserKey, PAGE};
 use pmo_store::medium::{FileMedium, KillInPsync, Medium};
 use pmo_store::{CreateOptions, Design, Perm, Store, StoreError, StoreOptions};
@@ -218,6 +219,15 @@ impl PmoDevice {
     pub fn service(&self) -> &Arc<PmoService> {
         &self.service
     }
+
+    /// Puts the working copies of design `c` attachments in `area`, on the store's expander,
+    /// mapped straight into the guest after the window (see `direct.rs`). Call before the
+    /// transport is built: the guest-visible window grows by the area's size.
+    pub fn set_direct_area(&mut self, area: Arc<cxl_t3::WorkingArea>) {
+        let len = area.len();
+        self.service.direct.locked().set_area(area);
+        self.config = config_bytes(self.service.pager().size().saturating_add(len));
+    }
 }
 
 impl VirtioDevice for PmoDevice {
@@ -286,7 +296,12 @@ impl VirtioDevice for PmoDevice {
         vec![DeviceMemory {
             host_addr: self.service.pager().host_addr(),
             len: self.service.pager().size(),
+            runtime_len: self.service.direct.locked().len(),
         }]
+    }
+
+    fn set_shm_mapper(&mut self, mapper: Arc<dyn virtio_devices::ShmMapper>) {
+        self.service.direct.locked().set_mapper(mapper);
     }
 }
 
@@ -389,6 +404,7 @@ impl QueueHandler for Handler {
     }
 }
 
+mod direct;
 mod service;
 
 pub use service::PmoService;

@@ -29,6 +29,18 @@ impl AttachmentSource {
     }
 }
 
+impl AttachmentSource {
+    /// A page of a design `c` working copy came back from the media other than it was
+    /// written (the expander served it as zeros): the attachment fails as when a fault is
+    /// refused, and the guest hears of the page once.
+    fn direct_page_failed(&self, page: u64) {
+        let was = self.failed.swap(Status::BadMsg as u32, Ordering::SeqCst);
+        if was != Status::BadMsg as u32 {
+            self.events.post(proto::EVENT_PAGE_BAD, self.handle, page);
+        }
+    }
+}
+
 impl PageSource for AttachmentSource {
     fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError> {
         self.session.fill(page, out)
@@ -94,6 +106,9 @@ pub(super) struct Attachment {
     name: String,
     perm: Perm,
     source: Arc<AttachmentSource>,
+    /// Design `c` on an expander with a working area: the guest's working copy lives there
+    /// and the pager holds nothing of this attachment.
+    direct: Option<DirectCopy>,
     offset: u64,
     size: u64,
     stats: Arc<SliceStats>,
@@ -107,6 +122,9 @@ pub struct PmoService {
     pub(super) store: Store,
     pager: Arc<Pager>,
     design: Mutex<Option<Design>>,
+    /// Where design `c` attachments' working copies go, if the store is on an expander with
+    /// a working area.
+    pub(super) direct: Mutex<DirectSetup>,
     pub(super) attachments: Mutex<BTreeMap<u64, Arc<Attachment>>>,
     pub(super) next_handle: AtomicU64,
     pub(super) events: Arc<EventSink>,
@@ -126,7 +144,7 @@ struct ListSnapshot {
     entries: Arc<Vec<(String, u64)>>,
 }
 
-fn store_status(e: &StoreError) -> Status {
+pub(super) fn store_status(e: &StoreError) -> Status {
     match e {
         StoreError::NotFound(_) => Status::NoEnt,
         StoreError::Exists(_) => Status::Exist,
@@ -209,6 +227,7 @@ impl PmoService {
             store,
             pager,
             design: Mutex::new(design),
+            direct: Mutex::new(DirectSetup::default()),
             attachments: Mutex::new(BTreeMap::new()),
             next_handle: AtomicU64::new(1),
             events: Arc::new(EventSink {
@@ -220,6 +239,12 @@ impl PmoService {
             list_snapshot: Mutex::new(None),
             detaching: Mutex::new(Vec::new()),
         }))
+    }
+
+    /// Bytes of the medium the store occupies from its start (the rest of an expander is the
+    /// working area of design `c`).
+    pub fn store_len(&self) -> u64 {
+        self.store.superblock().medium_len
     }
 
     /// The window's pager (the VMM maps its memory into the guest).
@@ -306,12 +331,61 @@ impl PmoService {
             .map_err(|e| store_status(&e))?;
         let npages = session.pages();
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        let writable = perm == Perm::Write;
+        let direct_setup = self.direct.locked().ready();
+        let direct = match (session.design(), direct_setup) {
+            // On failure the session is dropped, which runs the store's crash handler.
+            (Design::C, Some((area, mapper))) => Some(DirectCopy::attach(
+                &session,
+                &area,
+                &*mapper,
+                self.pager.size(),
+                writable,
+            )?),
+            _ => None,
+        };
         let source = Arc::new(AttachmentSource {
-            session: SessionSource::new(session, perm == Perm::Write),
+            session: SessionSource::new(session, writable),
             handle,
             events: self.events.clone(),
             failed: AtomicU32::new(0),
         });
+        let (offset, stats) = match &direct {
+            Some((_, offset)) => (*offset, Arc::new(SliceStats::default())),
+            None => self.attach_to_window(name, &source, npages)?,
+        };
+        let size = npages * PAGE as u64;
+        self.attachments.locked().insert(
+            handle,
+            Arc::new(Attachment {
+                name: name.to_string(),
+                perm,
+                source,
+                direct: direct.map(|(copy, _)| copy),
+                offset,
+                size,
+                stats,
+                psyncs: AtomicU64::new(0),
+                psync_pages: AtomicU64::new(0),
+                psync_ns: AtomicU64::new(0),
+            }),
+        );
+        Ok(proto::AttachResponse {
+            handle,
+            window_offset: offset,
+            size,
+        }
+        .encode()
+        .to_vec())
+    }
+
+    /// Gives `source` a slice of the pager's window and its predictor.
+    fn attach_to_window(
+        &self,
+        name: &str,
+        source: &Arc<AttachmentSource>,
+        npages: u64,
+    ) -> Result<(u64, Arc<SliceStats>), Status> {
         let (offset, stats) = match self.pager.attach(source.clone(), npages) {
             Ok(x) => x,
             Err(e) => {
@@ -331,28 +405,7 @@ impl PmoService {
                 Err(e) => log::warn!("pmo: predictor for {name:?}: {e}"),
             }
         }
-        let size = npages * PAGE as u64;
-        self.attachments.locked().insert(
-            handle,
-            Arc::new(Attachment {
-                name: name.to_string(),
-                perm,
-                source,
-                offset,
-                size,
-                stats,
-                psyncs: AtomicU64::new(0),
-                psync_pages: AtomicU64::new(0),
-                psync_ns: AtomicU64::new(0),
-            }),
-        );
-        Ok(proto::AttachResponse {
-            handle,
-            window_offset: offset,
-            size,
-        }
-        .encode()
-        .to_vec())
+        Ok((offset, stats))
     }
 
     fn detach(&self, handle: u64) -> Result<Detached, Status> {
@@ -377,6 +430,9 @@ impl PmoService {
                 pct(est.coverage),
                 pct(est.timeliness),
             );
+        }
+        if let Some(page) = a.direct.as_ref().and_then(DirectCopy::failed_page) {
+            a.source.direct_page_failed(page);
         }
         let failure = a.source.failure();
         log::info!(
@@ -415,9 +471,20 @@ impl PmoService {
                 vm.bytes_moved(),
             );
         }
-        // Plaintext leaves the window first; then the session ends (in the background).
-        if let Err(e) = self.pager.detach(a.offset) {
-            log::error!("pmo: detach window slice: {e}");
+        // Plaintext leaves the guest first; then the session ends (in the background).
+        match &a.direct {
+            Some(copy) => {
+                copy.unmap();
+                log::info!(
+                    "pmo: detach {:?}: working copy on the expander (design c), mapped into the guest",
+                    a.name
+                );
+            }
+            None => {
+                if let Err(e) = self.pager.detach(a.offset) {
+                    log::error!("pmo: detach window slice: {e}");
+                }
+            }
         }
         let session = a.source.session.take();
         // Nonblocking: the store finishes in the background and a later attach waits.
@@ -440,6 +507,33 @@ impl PmoService {
         if let Some(k) = &self.kill_hook {
             k.arm(true);
         }
+        let n = match &a.direct {
+            Some(copy) => {
+                let n = a
+                    .source
+                    .session
+                    .with(|session| copy.psync(session))
+                    .unwrap_or(Err(Status::NoEnt));
+                if let Some(page) = copy.failed_page() {
+                    a.source.direct_page_failed(page);
+                }
+                n
+            }
+            None => self.psync_window(&a),
+        };
+        if let Some(k) = &self.kill_hook {
+            k.arm(false);
+        }
+        let n = n?;
+        a.psyncs.fetch_add(1, Ordering::Relaxed);
+        a.psync_pages.fetch_add(n, Ordering::Relaxed);
+        a.psync_ns
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// Persists the pages of `a` the pager found dirty in the window.
+    fn psync_window(&self, a: &Attachment) -> Result<u64, Status> {
         // Of this attachment only: once it is detached, its offset may
         // already be a later attachment's.
         let n = a
@@ -462,13 +556,6 @@ impl PmoService {
                     .map_err(|_| Status::NoEnt)
             })
             .ok_or(Status::NoEnt)???;
-        if let Some(k) = &self.kill_hook {
-            k.arm(false);
-        }
-        a.psyncs.fetch_add(1, Ordering::Relaxed);
-        a.psync_pages.fetch_add(n, Ordering::Relaxed);
-        a.psync_ns
-            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(n)
     }
 

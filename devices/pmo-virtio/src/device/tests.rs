@@ -4,6 +4,7 @@
 
 use super::*;
 
+mod direct;
 mod race;
 
 use crate::proto::{

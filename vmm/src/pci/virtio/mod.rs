@@ -30,10 +30,12 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use super::config::{BarKind, PciConfig, PciIds};
 use super::msix::{Msix, SharedMsix};
 use super::PciDevice;
-use crate::vm::{MemSlot, SlotMapper};
+use crate::vm::SlotMapper;
+use shm::{Region, ShmTable, TableMapper};
 
 mod activate;
 mod common_config;
+mod shm;
 
 const BAR_SIZE: u64 = 0x8000;
 const COMMON_OFFSET: u64 = 0x0000;
@@ -81,9 +83,9 @@ struct QueueConfig {
 
 /// A virtio device behind the PCI transport.
 pub struct VirtioPci {
-    /// Guest mappings of the device's shared memory; declared first so they
-    /// are dropped before the device that owns the memory.
-    shm_slots: Vec<MemSlot>,
+    /// Guest mappings of the device's shared memory; emptied in `drop`, before the
+    /// device that owns the memory goes.
+    shm: Option<Arc<Mutex<ShmTable>>>,
     config: PciConfig,
     msix_cap: usize,
     dev: Box<dyn VirtioDevice>,
@@ -104,9 +106,6 @@ pub struct VirtioPci {
     queue_select: u16,
     active: bool,
     notify_base: Option<u64>,
-    /// Shared memory regions: (offset in BAR2, host address, length).
-    shm: Vec<(u64, u64, u64)>,
-    shm_mapper: Option<SlotMapper>,
 }
 
 /// Errors building the transport.
@@ -121,6 +120,9 @@ pub enum VirtioPciError {
     /// More queues than the transport serves.
     #[error("device has {0} queues; the transport supports at most 1023")]
     TooManyQueues(usize),
+    /// The shared memory regions do not fit a 64-bit BAR.
+    #[error("shared memory regions larger than the address space")]
+    ShmTooLarge,
     /// A device with a shared-memory region needs a memslot mapper.
     #[error("device has shared memory but the transport got no way to map it")]
     NoMapper,
@@ -162,7 +164,7 @@ impl VirtioPci {
     }
 
     fn build(
-        dev: Box<dyn VirtioDevice>,
+        mut dev: Box<dyn VirtioDevice>,
         vm: Option<Arc<VmFd>>,
         mem: GuestMemoryMmap,
         mapper: Option<SlotMapper>,
@@ -208,33 +210,41 @@ impl VirtioPci {
             &vendor_cap(CAP_DEVICE, 0, 0, DEVICE_OFFSET, DEVICE_SIZE, &[]),
             &[],
         )?;
-        let mut shm = Vec::new();
+        let mut regions = Vec::new();
         let mut shm_end = 0u64;
         for (id, region) in dev.shared_memory().iter().enumerate() {
             let offset = shm_end.next_multiple_of(4096);
+            let len = region
+                .len
+                .checked_add(region.runtime_len)
+                .ok_or(VirtioPciError::ShmTooLarge)?;
             let mut hi = ((offset >> 32) as u32).to_le_bytes().to_vec();
-            hi.extend_from_slice(&((region.len >> 32) as u32).to_le_bytes());
-            let body = vendor_cap(
-                CAP_SHARED_MEMORY,
-                SHM_BAR as u8,
-                id as u8,
-                offset,
-                region.len,
-                &hi,
-            );
+            hi.extend_from_slice(&((len >> 32) as u32).to_le_bytes());
+            let body = vendor_cap(CAP_SHARED_MEMORY, SHM_BAR as u8, id as u8, offset, len, &hi);
             config.add_capability(PCI_CAP_ID_VENDOR, &body, &[])?;
-            shm.push((offset, region.host_addr, region.len));
-            shm_end = offset + region.len;
+            regions.push(Region {
+                offset,
+                host: region.host_addr,
+                len: region.len,
+                runtime_len: region.runtime_len,
+            });
+            shm_end = offset.checked_add(len).ok_or(VirtioPciError::ShmTooLarge)?;
         }
+        let mut shm = None;
         if shm_end > 0 {
-            if mapper.is_none() {
+            let Some(mapper) = mapper else {
                 return Err(VirtioPciError::NoMapper);
-            }
+            };
             config.add_bar(
                 SHM_BAR,
                 shm_end.next_power_of_two(),
                 BarKind::Mem64 { prefetchable: true },
             )?;
+            let table = ShmTable::new(mapper, regions);
+            if table.locked().has_runtime() {
+                dev.set_shm_mapper(Arc::new(TableMapper(table.clone())));
+            }
+            shm = Some(table);
         }
         let vectors = nq as u16 + 1;
         let mut msix_body = Vec::new();
@@ -275,8 +285,6 @@ impl VirtioPci {
             active: false,
             notify_base: None,
             shm,
-            shm_mapper: mapper,
-            shm_slots: Vec::new(),
         })
     }
 
@@ -291,19 +299,8 @@ impl VirtioPci {
     }
 
     fn map_shm(&mut self, base: Option<u64>) {
-        // Old mappings go first: KVM refuses overlapping slots.
-        self.shm_slots.clear();
-        let (Some(base), Some(mapper)) = (base, &self.shm_mapper) else {
-            return;
-        };
-        for (offset, host, len) in &self.shm {
-            // SAFETY: the host range belongs to the device, which this
-            // transport owns; the slots are dropped (in `map_shm` or with the
-            // transport, whose `shm_slots` field is dropped before `dev`) first.
-            match unsafe { mapper.map(base + offset, *host, *len, false) } {
-                Ok(slot) => self.shm_slots.push(slot),
-                Err(e) => log::error!("virtio-pci: map shared memory at {:#x}: {e}", base + offset),
-            }
+        if let Some(t) = &self.shm {
+            t.locked().place(base);
         }
     }
 
@@ -389,6 +386,15 @@ impl PciDevice for VirtioPci {
             (0, Some(new)) => self.register_notifiers(new),
             (SHM_BAR, new) => self.map_shm(new),
             _ => {}
+        }
+    }
+}
+
+impl Drop for VirtioPci {
+    fn drop(&mut self) {
+        // The guest must lose the device's memory before the device frees it.
+        if let Some(t) = &self.shm {
+            t.locked().unmap_all();
         }
     }
 }
