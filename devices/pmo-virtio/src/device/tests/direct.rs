@@ -15,11 +15,14 @@ const WINDOW: u64 = 16 << 20;
 const PAGE_BYTES: u64 = PAGE as u64;
 
 /// (offset in region 0, host address, length, read-only) of each live mapping.
-type Maps = Arc<Mutex<Vec<(u64, u64, u64, bool)>>>;
+pub(super) type Maps = Arc<Mutex<Vec<(u64, u64, u64, bool)>>>;
 
+/// Stands for the transport: records each mapping until its owner drops it.
 #[derive(Default)]
-struct RecordingMapper {
-    maps: Maps,
+pub(super) struct RecordingMapper {
+    pub(super) maps: Maps,
+    /// Mappings made so far.
+    pub(super) made: Arc<std::sync::atomic::AtomicU64>,
 }
 
 struct Unmap {
@@ -43,6 +46,7 @@ impl ShmMapper for RecordingMapper {
         read_only: bool,
     ) -> Result<ShmMapping, ShmMapError> {
         assert_eq!(region, 0);
+        self.made.fetch_add(1, Ordering::Relaxed);
         self.maps.locked().push((offset, host_addr, len, read_only));
         Ok(ShmMapping::new(Box::new(Unmap {
             maps: self.maps.clone(),

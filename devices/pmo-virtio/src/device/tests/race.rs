@@ -1,6 +1,7 @@
 //! The hostile-guest race: many threads of a guest against one PMO service with a real
 //! window, on a store file and on a store on the CXL expander.
 
+use super::direct::Maps;
 use super::*;
 
 /// xorshift64 for the race test: deterministic per thread.
@@ -69,6 +70,10 @@ struct Race {
     stop: std::sync::atomic::AtomicBool,
     /// What the hostile thread's SETDESIGN requests name (some valid, some not).
     designs: &'static [&'static [u8]],
+    /// What the device mapped after the window (design `c` on a working area), if anything.
+    maps: Option<Maps>,
+    /// Pages of the window the guest sees: the pager's, then the working area's.
+    window_pages: u64,
 }
 
 impl Race {
@@ -128,14 +133,30 @@ impl Race {
         st
     }
 
+    /// Runs `f` on the host address of window page `wpage` as a vCPU would reach it: the
+    /// pager's window, or a working copy mapped after it, held mapped while `f` runs (as KVM
+    /// holds a memslot during an access). `None`: a hole (nothing mapped there).
+    fn with_page<T>(&self, wpage: u64, f: impl FnOnce(*mut u8) -> T) -> Option<T> {
+        let off = wpage * RACE_PAGE;
+        if off < self.s.pager().size() {
+            return Some(f((self.s.pager().host_addr() + off) as *mut u8));
+        }
+        let maps = self.maps.as_ref()?.locked();
+        let m = maps.iter().find(|m| m.0 <= off && off < m.0 + m.2)?;
+        Some(f((m.1 + off - m.0) as *mut u8))
+    }
+
     /// Reads the header of window page `wpage`; Err if it names a PMO page
     /// that was not attached there at any time during the read.
     fn check_page(&self, wpage: u64) -> Result<(), String> {
         let t0 = self.tick();
-        // SAFETY: a page of the window mapping: every page is served (data,
-        // or zeros outside attachments), none is refused in this test.
-        let hdr = unsafe {
-            std::ptr::read_volatile((self.s.pager().host_addr() + wpage * RACE_PAGE) as *const u64)
+        // SAFETY: a page of the window mapping or of a working copy held mapped: every page
+        // is served (data, or zeros outside attachments), none is refused in this test.
+        let hdr = self.with_page(wpage, |p| unsafe {
+            std::ptr::read_volatile(p as *const u64)
+        });
+        let Some(hdr) = hdr else {
+            return Ok(());
         };
         let t1 = self.tick();
         if hdr == 0 {
@@ -215,20 +236,20 @@ fn race_user(r: &Race, seed: u64, ops: u64) -> Result<(), String> {
                     }
                 }
                 2 if a.writable => {
-                    let w = window(&r.s, a.offset);
                     for p in 0..a.npages {
                         if rng.below(2) == 0 {
-                            // SAFETY: a page of our live, writable attachment
-                            // (nobody else detaches writable ones in this test).
-                            unsafe {
-                                std::ptr::write_volatile(
-                                    w.add((p * RACE_PAGE) as usize).cast::<u64>(),
-                                    tag(a.pmo, p),
-                                );
-                                std::ptr::write_volatile(
-                                    w.add((p * RACE_PAGE + 64) as usize).cast::<u64>(),
-                                    rng.next(),
-                                );
+                            let (t, x) = (tag(a.pmo, p), rng.next());
+                            // SAFETY: a page of our live, writable attachment (nobody else
+                            // detaches writable ones in this test), held mapped meanwhile.
+                            let stored = r.with_page(a.offset / RACE_PAGE + p, |w| unsafe {
+                                std::ptr::write_volatile(w.cast::<u64>(), t);
+                                std::ptr::write_volatile(w.add(64).cast::<u64>(), x);
+                            });
+                            if stored.is_none() {
+                                return Err(format!(
+                                    "own attachment at {:#x} not mapped",
+                                    a.offset
+                                ));
                             }
                         }
                     }
@@ -493,6 +514,56 @@ fn hostile_guest_races_switches_to_cxl_designs_on_an_expander_store() {
     }
 }
 
+/// The race with design `c` attachments mapped from the expander's memory: the hostile thread
+/// switches between `c` (a working copy in the working area, mapped after the window) and
+/// window designs while users attach, store, psync and detach and the toucher reads the pager's
+/// window and the working area alike (through whatever is mapped there, held mapped during the
+/// read as KVM holds a memslot). Nothing crosses PMOs, every working copy is unmapped by the
+/// end, and the media holds no page header in plaintext.
+#[test]
+fn hostile_guest_races_design_c_attachments_mapped_from_the_expander() {
+    use super::direct::RecordingMapper;
+    use cxl_t3::expander::{CxlMedium, Expander, ExpanderConfig};
+    let d = tmp("race-direct");
+    let media = d.0.join("media.img");
+    let (size, area) = (64u64 << 20, 8u64 << 20);
+    let mut xcfg = ExpanderConfig::new(&media, size);
+    xcfg.cache_bytes = 1 << 20;
+    xcfg.media_latency_ns = 0;
+    let x = Expander::open(&xcfg).unwrap();
+    let keyring = pmo_store::crypto::ExtentKeyring::new(&[0x4e; 32]).unwrap();
+    let medium: Arc<dyn Medium> = Arc::new(CxlMedium::new(x.clone()).with_keyring(keyring));
+    let mut cfg = race_config(&d.0);
+    cfg.store_options.len = Some(size - area);
+    let mut dev = PmoDevice::with_medium(&cfg, medium, true).unwrap();
+    dev.set_direct_area(cxl_t3::WorkingArea::new(x.clone(), size - area, size).unwrap());
+    let mapper = RecordingMapper::default();
+    let (maps, made) = (mapper.maps.clone(), mapper.made.clone());
+    dev.set_shm_mapper(Arc::new(mapper));
+    let s = dev.service().clone();
+    drop(dev);
+    let s = race_with(s, &[b"c", b"cl", b"d", b"c", b"cx"], Some(maps), area);
+    let made = made.load(Ordering::Relaxed);
+    eprintln!("{made} design c attachments mapped from the expander");
+    assert!(
+        made >= 10,
+        "only {made} attachments went to the working area"
+    );
+    drop(s);
+    x.shutdown().unwrap();
+    drop(x);
+    let bytes = std::fs::read(&media).unwrap();
+    for pmo in 0..RACE_PMOS {
+        for p in 0..RACE_PAGES_MAX {
+            assert!(
+                !contains(&bytes, &tag(pmo, p).to_le_bytes()),
+                "page {p} of {} is on the media in plaintext",
+                race_name(pmo)
+            );
+        }
+    }
+}
+
 /// Many threads of a hostile guest against one PMO service with a real
 /// window: user processes attaching, writing, psyncing and detaching their
 /// PMOs; a hostile kernel sending malformed requests, guessing handles,
@@ -503,6 +574,18 @@ fn hostile_guest_races_switches_to_cxl_designs_on_an_expander_store() {
 /// PMO's pages never show where no attachment of that PMO was, nor end up in
 /// another PMO.
 fn race(s: Arc<PmoService>, designs: &'static [&'static [u8]]) -> Arc<PmoService> {
+    race_with(s, designs, None, 0)
+}
+
+/// [`race`] on a service whose design `c` attachments are mapped after the window through a
+/// recording mapper (`maps`), over a working area of `area` bytes.
+fn race_with(
+    s: Arc<PmoService>,
+    designs: &'static [&'static [u8]],
+    maps: Option<Maps>,
+    area: u64,
+) -> Arc<PmoService> {
+    let window_pages = (s.pager().size() + area) / RACE_PAGE;
     let r = Race {
         s,
         clock: AtomicU64::new(1),
@@ -510,6 +593,8 @@ fn race(s: Arc<PmoService>, designs: &'static [&'static [u8]]) -> Arc<PmoService
         progress: AtomicU64::new(0),
         stop: std::sync::atomic::AtomicBool::new(false),
         designs,
+        maps,
+        window_pages,
     };
     let ops: u64 = std::env::var("PMO_RACE_OPS")
         .ok()
@@ -536,7 +621,7 @@ fn race(s: Arc<PmoService>, designs: &'static [&'static [u8]]) -> Arc<PmoService
         });
         let toucher = sc.spawn(move || -> Result<(), String> {
             let mut rng = Rng(0xfeed);
-            let pages = r.s.pager().size() / RACE_PAGE;
+            let pages = r.window_pages;
             while !r.stop.load(Ordering::SeqCst) {
                 r.check_page(rng.below(pages))?;
             }
@@ -579,6 +664,13 @@ fn race(s: Arc<PmoService>, designs: &'static [&'static [u8]]) -> Arc<PmoService
     }
     // Nothing is attached any more; every PMO that exists holds only its own pages.
     r.s.detach_all();
+    if let Some(m) = &r.maps {
+        assert!(
+            m.locked().is_empty(),
+            "mapped after detach_all: {:?}",
+            m.locked()
+        );
+    }
     let mut checked = 0;
     for pmo in 0..RACE_PMOS {
         let (st, h, off, size) = attach(&r.s, &race_name(pmo), false, &race_key(pmo));
@@ -587,14 +679,12 @@ fn race(s: Arc<PmoService>, designs: &'static [&'static [u8]]) -> Arc<PmoService
         }
         assert_eq!(st, Status::Ok, "final attach of {}", race_name(pmo));
         for p in 0..size / RACE_PAGE {
-            // SAFETY: inside the attached slice.
-            let hdr = unsafe {
-                std::ptr::read_volatile(
-                    window(&r.s, off)
-                        .add((p * RACE_PAGE) as usize)
-                        .cast::<u64>(),
-                )
-            };
+            // SAFETY: inside the attached slice, held mapped.
+            let hdr = r
+                .with_page(off / RACE_PAGE + p, |w| unsafe {
+                    std::ptr::read_volatile(w.cast::<u64>())
+                })
+                .expect("the final attachment is mapped");
             assert!(
                 hdr == 0 || hdr == tag(pmo, p),
                 "page {p} of {} holds {hdr:#x} after the race",
