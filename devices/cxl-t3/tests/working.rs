@@ -6,42 +6,20 @@
 // Helpers outside `#[test]` functions unwrap too.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::*;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use cxl_t3::cache::BLOCK;
-use cxl_t3::expander::{CxlMedium, Expander, ExpanderConfig, ExpanderError};
+use cxl_t3::expander::{CxlMedium, ExpanderError};
 use cxl_t3::media::HEADER_LEN;
 use cxl_t3::{WorkingArea, WorkingExtent};
 use pmo_store::medium::Medium;
 
 const P: u64 = BLOCK;
-const MIB: u64 = 1 << 20;
-
-fn tmp(name: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("cxl-work-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_file(&p);
-    p
-}
-
-/// A 2 MiB expander with a cache of `sets` x `ways` blocks and its working area over the
-/// upper MiB.
-fn setup(name: &str, sets: u64, ways: usize) -> (Arc<Expander>, Arc<WorkingArea>, PathBuf) {
-    let media = tmp(name);
-    let x = Expander::open(&ExpanderConfig {
-        media: media.clone(),
-        size: 2 * MIB,
-        cache_bytes: sets * ways as u64 * BLOCK,
-        ways,
-        media_latency_ns: 0,
-    })
-    .unwrap();
-    assert_eq!(x.geometry(), (sets, ways));
-    let area = WorkingArea::new(x.clone(), MIB, 2 * MIB).unwrap();
-    (x, area, media)
-}
 
 /// Stores one byte at `off` of the extent through the mapping, as a guest would.
 fn store(e: &WorkingExtent, off: u64, v: u8) {
@@ -62,43 +40,6 @@ fn load(e: &WorkingExtent, off: u64) -> u8 {
     assert!(off < e.len());
     // SAFETY: as in `store`.
     unsafe { std::ptr::read_volatile((e.host_addr() + off) as *const u8) }
-}
-
-/// Copies `len` bytes at `off` of the extent out through the mapping.
-fn peek(e: &WorkingExtent, off: u64, len: usize) -> Vec<u8> {
-    assert!(off + len as u64 <= e.len());
-    let mut v = vec![0u8; len];
-    // SAFETY: as in `store`.
-    unsafe {
-        std::ptr::copy_nonoverlapping((e.host_addr() + off) as *const u8, v.as_mut_ptr(), len)
-    }
-    v
-}
-
-/// Copies `data` in at `off` of the extent through the mapping.
-fn poke(e: &WorkingExtent, off: u64, data: &[u8]) {
-    assert!(off + data.len() as u64 <= e.len());
-    // SAFETY: as in `store`.
-    unsafe {
-        std::ptr::copy_nonoverlapping(data.as_ptr(), (e.host_addr() + off) as *mut u8, data.len())
-    }
-}
-
-/// Evicts whatever the set of DPA block `block` holds by reading `ways` blocks of that set
-/// that were never touched (below the working area, from `*fresh` on).
-fn evict_set_of(x: &Expander, block: u64, fresh: &mut u64) {
-    let (sets, ways) = x.geometry();
-    let mut n = 0;
-    while n < ways {
-        let b = *fresh;
-        *fresh += 1;
-        assert!(b < MIB / BLOCK, "out of fresh blocks");
-        if b % sets == block % sets {
-            // SAFETY: inside the DPA mapping.
-            unsafe { std::ptr::read_volatile((x.host_addr() + b * BLOCK) as *const u8) };
-            n += 1;
-        }
-    }
 }
 
 fn count(hay: &[u8], needle: &[u8]) -> usize {
@@ -198,9 +139,7 @@ fn stores_through_the_mapping_are_taken_exactly() {
     // Every fill from the media matched what the extent wrote there.
     assert_eq!(e.integrity_failures(), 0);
     drop(e);
-    drop(area);
-    drop(x);
-    let _ = std::fs::remove_file(&media);
+    done(x, area, media);
 }
 
 /// A writer stores sequence numbers to pages without pause while a taker takes the written
@@ -317,9 +256,7 @@ fn no_store_is_lost_to_racing_takes() {
     assert_eq!(e.integrity_failures(), 0, "no false alarm under the race");
     assert_eq!(x.counters().working_integrity_failures, 0);
     drop(e);
-    drop(area);
-    drop(x);
-    let _ = std::fs::remove_file(&media);
+    done(x, area, media);
 }
 
 /// Host-path writes are not stores through the mapping: not reported, and they leave the
@@ -381,9 +318,7 @@ fn host_path_writes_are_not_reported() {
     ));
     e.write(8 * P, &[]).unwrap();
     drop(e);
-    drop(area);
-    drop(x);
-    let _ = std::fs::remove_file(&media);
+    done(x, area, media);
 }
 
 /// Dropping an extent leaves nothing of it: no block of its range on the media is non-zero
@@ -446,9 +381,7 @@ fn dropping_an_extent_wipes_it() {
     e.read(0, &mut b).unwrap();
     assert_eq!(b, zeros);
     drop(e);
-    drop(area);
-    drop(x);
-    let _ = std::fs::remove_file(&media);
+    done(x, area, media);
 }
 
 /// A pattern stored through the mapping over four times the cache survives eviction (with
@@ -481,9 +414,7 @@ fn data_survives_eviction() {
     }
     assert_eq!(e.integrity_failures(), 0);
     drop(e);
-    drop(area);
-    drop(x);
-    let _ = std::fs::remove_file(&media);
+    done(x, area, media);
 }
 
 #[test]
@@ -557,9 +488,7 @@ fn allocation_is_first_fit_and_reuses_freed_runs() {
     let all = area.alloc(16 * P).unwrap();
     assert_eq!(got(&all), (0, 16 * P, 65534));
     drop(all);
-    drop(area);
-    drop(x);
-    let _ = std::fs::remove_file(&media);
+    done(x, area, media);
 }
 
 /// A table running XTS-AES-128 (a store formatted with `cipher=xts-128`) gets 32-byte keys
@@ -581,9 +510,7 @@ fn extents_follow_the_tables_algorithm() {
     // A 64-byte key is now refused by the table: the extent's was not one.
     assert!(x.set_range_key(5, 8 * P, 9 * P, &[1u8; 64]).is_err());
     drop(e);
-    drop(area);
-    drop(x);
-    let _ = std::fs::remove_file(&media);
+    done(x, area, media);
 }
 
 /// The PMO store's medium never clears or reuses a working extent's range id (a store with
@@ -606,7 +533,5 @@ fn the_store_medium_leaves_working_keys_alone() {
     assert!(m.extent_encrypted(1, 0, 4 * P));
     drop(e);
     drop(m);
-    drop(area);
-    drop(x);
-    let _ = std::fs::remove_file(&media);
+    done(x, area, media);
 }

@@ -9,47 +9,19 @@
 // Helpers outside `#[test]` functions unwrap too.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::*;
+
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 
 use cxl_t3::cache::BLOCK;
-use cxl_t3::expander::{Expander, ExpanderConfig};
+use cxl_t3::expander::Expander;
 use cxl_t3::media::HEADER_LEN;
-use cxl_t3::{WorkingArea, WorkingExtent};
+use cxl_t3::WorkingExtent;
 
 const P: u64 = BLOCK;
-const MIB: u64 = 1 << 20;
-
-fn tmp(name: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("cxl-integ-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_file(&p);
-    p
-}
-
-/// A 2 MiB expander with a cache of `sets` x `ways` blocks and its working area over the
-/// upper MiB.
-fn setup(name: &str, sets: u64, ways: usize) -> (Arc<Expander>, Arc<WorkingArea>, PathBuf) {
-    let media = tmp(name);
-    let x = Expander::open(&ExpanderConfig {
-        media: media.clone(),
-        size: 2 * MIB,
-        cache_bytes: sets * ways as u64 * BLOCK,
-        ways,
-        media_latency_ns: 0,
-    })
-    .unwrap();
-    assert_eq!(x.geometry(), (sets, ways));
-    let area = WorkingArea::new(x.clone(), MIB, 2 * MIB).unwrap();
-    (x, area, media)
-}
-
-fn done(x: Arc<Expander>, area: Arc<WorkingArea>, media: PathBuf) {
-    drop(area);
-    drop(x);
-    let _ = std::fs::remove_file(&media);
-}
 
 /// A page of bytes that differs from page to page and from version to version.
 fn pattern(page: u64, version: u8) -> Vec<u8> {
@@ -69,43 +41,6 @@ fn peek_filled(x: &Expander, e: &WorkingExtent, page: u64) -> Vec<u8> {
         "page {page} should have been filled from the media"
     );
     v
-}
-
-/// Copies `len` bytes at `off` of the extent out through the mapping.
-fn peek(e: &WorkingExtent, off: u64, len: usize) -> Vec<u8> {
-    assert!(off + len as u64 <= e.len());
-    let mut v = vec![0u8; len];
-    // SAFETY: inside the extent's part of the DPA mapping; faults are served by the expander.
-    unsafe {
-        std::ptr::copy_nonoverlapping((e.host_addr() + off) as *const u8, v.as_mut_ptr(), len)
-    }
-    v
-}
-
-/// Copies `data` in at `off` of the extent through the mapping, as a guest's stores would.
-fn poke(e: &WorkingExtent, off: u64, data: &[u8]) {
-    assert!(off + data.len() as u64 <= e.len());
-    // SAFETY: as in `peek`.
-    unsafe {
-        std::ptr::copy_nonoverlapping(data.as_ptr(), (e.host_addr() + off) as *mut u8, data.len())
-    }
-}
-
-/// Evicts whatever the set of DPA block `block` holds by reading `ways` blocks of that set
-/// that were never touched (below the working area, from `*fresh` on).
-fn evict_set_of(x: &Expander, block: u64, fresh: &mut u64) {
-    let (sets, ways) = x.geometry();
-    let mut n = 0;
-    while n < ways {
-        let b = *fresh;
-        *fresh += 1;
-        assert!(b < MIB / BLOCK, "out of fresh blocks");
-        if b % sets == block % sets {
-            // SAFETY: inside the DPA mapping.
-            unsafe { std::ptr::read_volatile((x.host_addr() + b * BLOCK) as *const u8) };
-            n += 1;
-        }
-    }
 }
 
 /// Evicts every block of the cache (one pass over each set with fresh blocks).
