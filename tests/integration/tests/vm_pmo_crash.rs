@@ -51,36 +51,18 @@ fn group() -> &'static (Vec<VmOutcome>, std::path::PathBuf) {
     }
 }
 
-fn assert_killed_by_the_hook(vm: &VmOutcome) {
-    assert!(
-        vm.vmm_stderr.contains("test hook: killing the VMM"),
-        "{}",
-        vm.report("the VMM was not killed by the psync hook")
-    );
-    // Nested: the test host reports 128 + SIGKILL; direct: no exit code (killed by a signal).
-    let killed = match vm.exit_code {
-        Some(code) => code == 137,
-        None => !vm.timed_out,
-    };
-    assert!(
-        killed,
-        "{}",
-        vm.report("expected the VMM to die of SIGKILL")
-    );
-}
-
 #[test]
 fn kill_before_the_commit_point_keeps_the_old_psync() {
     let (vms, _) = group();
     vms[0].assert_all_ok(&["pmo_psync_write"]);
-    assert_killed_by_the_hook(&vms[1]);
+    common::assert_killed_by_the_psync_hook(&vms[1]);
     vms[2].assert_detail("pmo_psync_check.uniform", "A");
 }
 
 #[test]
 fn kill_after_the_commit_point_gives_the_new_psync() {
     let (vms, _) = group();
-    assert_killed_by_the_hook(&vms[3]);
+    common::assert_killed_by_the_psync_hook(&vms[3]);
     vms[4].assert_detail("pmo_psync_check.uniform", "B");
 }
 

@@ -14,13 +14,19 @@
 //! list back; then the same media scan, `ls` and `fsck` on the host. Design `c` runs with a
 //! working area (`direct=64M`): its working copies live on the expander and are mapped into
 //! the guest; afterwards that area of the media holds nothing but zero blocks, and it holds
-//! some (the working copies were written there and wiped at detach).
+//! some (the working copies were written there and wiped at detach). Then, on the same media,
+//! a design `c` crash: VM "cxl-c-a" psyncs 8 pages of A, VM "cxl-c-kill" writes B into its
+//! working copy and is killed in the middle of that psync (before the commit point), and VM
+//! "cxl-c-old" (a new VMM process, attaching over what the dead one left in the working
+//! area) reads A back.
 
 // Test code: an unwrap that fails is a failed test.
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
+
+mod common;
 
 use pmo_integration::{run_vms, unique_pattern, Env, VmOutcome, VmSpec};
 use pmo_store::crypto::{RangeCipher, Suite};
@@ -90,6 +96,29 @@ fn group() -> &'static Group {
             specs.push(with_design(format!("cxl-{d}")).scenarios(["pmo_basic", "pmo_list_build"]));
             specs.push(with_design(format!("cxl-{d}-restart")).scenarios(["pmo_list_check"]));
         }
+        let c = |name: &str| {
+            vm_with(
+                name,
+                &design_media[0],
+                &format!("store,direct={}M", DIRECT >> 20),
+            )
+            .extra_arg("--pmo-design")
+            .extra_arg("c")
+        };
+        specs.push(
+            c("cxl-c-a")
+                .scenarios(["pmo_psync_write"])
+                .param("create", "1")
+                .param("letter", "A"),
+        );
+        specs.push(
+            c("cxl-c-kill")
+                .scenarios(["pmo_psync_write"])
+                .param("letter", "B")
+                .extra_arg("--pmo-test-kill-in-psync")
+                .extra_arg("2"),
+        );
+        specs.push(c("cxl-c-old").scenarios(["pmo_psync_check"]));
         let vms = run_vms(&specs).map_err(|e| e.to_string())?;
         Ok(Group {
             vms,
@@ -170,6 +199,17 @@ fn lpmo_cxl_designs_round_trip_with_the_range_key_as_their_only_cipher() {
         let design = Design::from_name(d).unwrap();
         assert_eq!((list.design, list.suite), (design, Suite::TeeBlake3), "{d}");
     }
+}
+
+/// Design `c` with a working area, killed in the middle of a psync: a new VMM process attaches
+/// over what the dead one left in the working area and reads the last completed psync.
+#[test]
+fn a_design_c_vmm_killed_in_psync_keeps_the_last_psync() {
+    let g = group();
+    let base = 2 + 2 * DESIGNS.len();
+    g.vms[base].assert_all_ok(&["pmo_psync_write"]);
+    common::assert_killed_by_the_psync_hook(&g.vms[base + 1]);
+    g.vms[base + 2].assert_detail("pmo_psync_check.uniform", "A");
 }
 
 /// Design `c` with a working area: the guest's working copies were written to the expander

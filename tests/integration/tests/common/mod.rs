@@ -1,5 +1,9 @@
 //! Helpers shared by the VM tests (each test file includes this module with `mod common;`):
-//! the check every PMO VM test ends with, that the store file its VMs used is consistent.
+//! the check every PMO VM test ends with, that the store file its VMs used is consistent, and
+//! that a VMM died of the psync kill hook.
+
+// Each test file uses only some of them.
+#![allow(dead_code)]
 
 use std::path::Path;
 
@@ -19,5 +23,24 @@ pub fn assert_store_clean(store: &Path, context: &str) {
         "fsck of {}: {:?} ({context})",
         store.display(),
         report.problems
+    );
+}
+
+/// The VMM of `vm` died of SIGKILL from the hidden `--pmo-test-kill-in-psync` hook.
+pub fn assert_killed_by_the_psync_hook(vm: &pmo_integration::VmOutcome) {
+    assert!(
+        vm.vmm_stderr.contains("test hook: killing the VMM"),
+        "{}",
+        vm.report("the VMM was not killed by the psync hook")
+    );
+    // Nested: the test host reports 128 + SIGKILL; direct: no exit code (killed by a signal).
+    let killed = match vm.exit_code {
+        Some(code) => code == 137,
+        None => !vm.timed_out,
+    };
+    assert!(
+        killed,
+        "{}",
+        vm.report("expected the VMM to die of SIGKILL")
     );
 }
