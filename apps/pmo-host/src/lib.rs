@@ -188,7 +188,7 @@ impl PmoHost {
         let bytes = (size as u64).div_ceil(page) * page;
         let opts = CreateOptions {
             design: self.config.design,
-            suite: self.config.suite,
+            suite: Some(self.config.suite),
             kdf: Some(self.config.kdf),
         };
         self.store.create_pmo_with(name, bytes, &self.key, opts)

@@ -184,7 +184,7 @@ fn design_c_keeps_plaintext_off_the_media_and_refuses_tampering_at_attach() {
         let s = design_c_store(&x, &master);
         let opts = CreateOptions {
             design: Design::C,
-            suite: Design::C.default_suite(),
+            suite: None,
             kdf: None,
         };
         s.create_pmo_with("c", np * PAGE as u64, &k, opts).unwrap();
@@ -306,7 +306,7 @@ fn cxl_designs_are_refused_on_an_unkeyed_expander() {
     for design in [Design::C, Design::Cl, Design::Cf] {
         let opts = CreateOptions {
             design,
-            suite: design.default_suite(),
+            suite: None,
             kdf: None,
         };
         assert!(matches!(

@@ -119,7 +119,7 @@ fn filled_d_pmo(name: &str, suite: Suite, npages: u64, k: &UserKey) -> (Store, P
         k,
         CreateOptions {
             design: Design::D,
-            suite,
+            suite: Some(suite),
             kdf: None,
         },
     )

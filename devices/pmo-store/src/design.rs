@@ -27,9 +27,10 @@
 //! range of the CXL expander, whose range key is the only encryption (suite `tee-blake3`, their
 //! default) and the CPU checks each page's keyed tag. They are refused on a medium that does not
 //! encrypt the extent. `c` checks the whole PMO at attach (LPMO 5.2.2), so a tampered page
-//! refuses the attach instead of surfacing at some later access; its faults check each page
-//! again, so media changed during the attachment is refused where it is read. What `c` does not
-//! do here is LPMO's mapping of the expander's memory into the guest; see docs/cxl-media.md.
+//! refuses the attach instead of surfacing at some later access. On a store with a working area
+//! the PMO service maps a `c` attachment's working copy, on the expander, straight into the
+//! guest; elsewhere its faults check each page again, so media changed during the attachment is
+//! refused where it is read (docs/cxl-media.md).
 //! `cf` differs from `cl` only in where its working copy is: in the expander's device memory,
 //! so the pager charges each page moved into or out of it and keeps it out of the local DRAM
 //! budget ([`Design::working_copy_on_device`]); the store does the same for both.
@@ -135,13 +136,19 @@ impl Design {
     pub fn working_copy_on_device(self) -> bool {
         self == Design::Cf
     }
-    /// The suite of PMOs created with this design: the CXL designs leave encryption to the
-    /// expander's range key.
+    /// The suite of PMOs created with this design: the fastest one that gives the design its
+    /// whole behaviour. The CXL designs leave encryption to the expander's range key; the `id`
+    /// designs need a tag computed apart from the encryption (they defer it), which only
+    /// `xts-blake3` has; every other design gets `aes-gcm`, whose tag comes out of the same
+    /// pass as the cipher (docs/store.md, "Choice").
     pub fn default_suite(self) -> crate::crypto::Suite {
+        use crate::crypto::Suite;
         if self.needs_range_encryption() {
-            crate::crypto::Suite::TeeBlake3
+            Suite::TeeBlake3
+        } else if self.defers_checksum() {
+            Suite::XtsBlake3
         } else {
-            crate::crypto::Suite::XtsBlake3
+            Suite::AesGcm
         }
     }
     /// Every page is verified when a session starts (LPMO C's integrity check at attach).
@@ -151,5 +158,39 @@ impl Design {
     /// Touched pages are re-encrypted at detach (BP's EPP/CPP).
     pub fn reencrypt_touched_at_detach(self) -> bool {
         matches!(self, Design::BpIp | Design::BpId)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::Suite;
+
+    /// Each design's PMOs get the suite that gives the design its whole behaviour: the
+    /// deferred tags of the `id` designs need a tag computed apart from the encryption, the CXL
+    /// designs have no software cipher, and the rest take the one-pass AEAD.
+    #[test]
+    fn every_design_gets_a_suite_it_can_run_whole() {
+        let table = [
+            (Design::Wedi, Suite::AesGcm),
+            (Design::BpIp, Suite::AesGcm),
+            (Design::BpId, Suite::XtsBlake3),
+            (Design::SpIp, Suite::AesGcm),
+            (Design::SpId, Suite::XtsBlake3),
+            (Design::D, Suite::AesGcm),
+            (Design::Cl, Suite::TeeBlake3),
+            (Design::C, Suite::TeeBlake3),
+            (Design::Cf, Suite::TeeBlake3),
+        ];
+        assert_eq!(table.len(), Design::ALL.len());
+        for (d, s) in table {
+            assert_eq!(d.default_suite(), s, "{}", d.name());
+        }
+        assert_eq!(crate::CreateOptions::default().suite(), Suite::AesGcm);
+        let sp_id = crate::CreateOptions {
+            design: Design::SpId,
+            ..Default::default()
+        };
+        assert_eq!(sp_id.suite(), Suite::XtsBlake3);
     }
 }

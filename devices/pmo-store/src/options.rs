@@ -57,18 +57,25 @@ pub struct OpenOptions {
 pub struct CreateOptions {
     /// Default design of its attach sessions.
     pub design: Design,
-    /// Page cipher and tag.
-    pub suite: Suite,
+    /// Page cipher and tag; `None`: the design's own ([`Design::default_suite`]).
+    pub suite: Option<Suite>,
     /// Cost of deriving the PMO's root key from the user key (Argon2id); `None`: the store
     /// handle's default (see [`StoreOptions::kdf`]).
     pub kdf: Option<KdfParams>,
+}
+
+impl CreateOptions {
+    /// The suite a PMO created with these options gets.
+    pub fn suite(&self) -> Suite {
+        self.suite.unwrap_or_else(|| self.design.default_suite())
+    }
 }
 
 impl Default for CreateOptions {
     fn default() -> Self {
         Self {
             design: Design::D,
-            suite: Suite::XtsBlake3,
+            suite: None,
             kdf: None,
         }
     }

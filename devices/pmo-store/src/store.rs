@@ -190,7 +190,7 @@ impl Store {
             .collect()
     }
 
-    /// Creates a PMO with the default design (`d`), suite (`xts-blake3`) and the handle's
+    /// Creates a PMO with the default design (`d`), its suite (`aes-gcm`) and the handle's
     /// key-derivation cost.
     pub fn create_pmo(&self, name: &str, size: u64, key: &UserKey) -> Result<(), StoreError> {
         self.create_pmo_with(name, size, key, CreateOptions::default())
@@ -208,7 +208,7 @@ impl Store {
         let npages = validate_size(size)?;
         let layout = TreeLayout::new(npages);
         let geo = ExtentGeometry::of(npages, &layout);
-        let params = KeyParams::generate(opts.suite, opts.kdf.unwrap_or(self.inner.default_kdf))?;
+        let params = KeyParams::generate(opts.suite(), opts.kdf.unwrap_or(self.inner.default_kdf))?;
         let keys = PmoKeys::derive(key, params)?;
         let mut cat = self.inner.lock_catalog();
         if cat.names.contains_key(name) {
@@ -231,7 +231,7 @@ impl Store {
                 &*self.inner.medium,
                 (name, slot, ext_off, ext_len),
                 opts.design,
-                opts.suite,
+                opts.suite(),
             )?;
             // The free space may hold a destroyed PMO's bytes or a crashed create's: scrub the
             // tree region (a zero tree is the valid empty tree). Primaries and journal area are never

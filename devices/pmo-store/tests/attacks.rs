@@ -31,7 +31,7 @@ fn one_pmo(suite: Suite) -> (Arc<CrashMedium>, Store) {
         &key("k"),
         CreateOptions {
             design: Design::D,
-            suite,
+            suite: Some(suite),
             kdf: None,
         },
     )
@@ -149,7 +149,7 @@ fn pages_without_a_software_cipher_never_reach_a_medium_that_does_not_encrypt() 
     ] {
         let opts = CreateOptions {
             design,
-            suite,
+            suite: Some(suite),
             kdf: None,
         };
         let e = s
@@ -289,7 +289,7 @@ fn a_rolled_back_store_never_seals_two_plaintexts_under_one_nonce() {
             &key("k"),
             CreateOptions {
                 design: Design::D,
-                suite,
+                suite: Some(suite),
                 kdf: None,
             },
         )

@@ -114,7 +114,7 @@ fn setup_pmo(design: Design, suite: Suite) -> impl Fn() -> (Arc<CrashMedium>, St
             &key("k"),
             CreateOptions {
                 design,
-                suite,
+                suite: Some(suite),
                 kdf: None,
             },
         )

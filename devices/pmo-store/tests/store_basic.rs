@@ -27,7 +27,7 @@ fn fresh_with_pmo(
         &k,
         CreateOptions {
             design,
-            suite: Suite::XtsBlake3,
+            suite: Some(Suite::XtsBlake3),
             kdf: None,
         },
     )
@@ -47,7 +47,7 @@ fn create_attach_psync_detach_reopen_every_design_and_suite() {
                 &k,
                 CreateOptions {
                     design,
-                    suite,
+                    suite: Some(suite),
                     kdf: None,
                 },
             )
@@ -223,7 +223,7 @@ fn at_rest_the_medium_holds_no_plaintext_marker() {
                 &k,
                 CreateOptions {
                     design,
-                    suite,
+                    suite: Some(suite),
                     kdf: None,
                 },
             )

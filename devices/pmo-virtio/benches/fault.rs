@@ -12,15 +12,20 @@
 //! - `pager zero-fill`: the pager with a source that zero-fills (its own cost: lookup,
 //!   bookkeeping, install, wake), with the VMM's two fault threads and with one;
 //! - `pmo no integrity`: the pager over a decrypt-only source (AES-XTS-256);
-//! - `pmo integrity`: the pager over a real store session on a store file (decrypt, keyed MAC,
-//!   authenticated version tree), as the VMM runs it, with two fault threads and with one;
-//! - `pmo integrity stream:8`: the same walk with a depth-8 stream predictor (the access latency
-//!   a sequential walk sees when pages are pre-populated off the fault path).
+//! - `pmo aes-gcm`: the pager over a real store session on a store file (verify and decrypt in
+//!   one AES-256-GCM pass, authenticated version tree), as the VMM runs a PMO of the default
+//!   suite, with two fault threads and with one;
+//! - `pmo xts-blake3`: the same with the `id` designs' suite (AES-XTS-256, keyed BLAKE3 tag);
+//! - the **sequential scan** variants walk the same pages with every thread free to use every
+//!   CPU (also under `PMO_BENCH_CPU`: a scan that overlaps decryption with the walk needs a
+//!   second CPU): first touch of anonymous memory, and the PMO (default suite) with a stream
+//!   predictor of depth 8 and of depth 64. Their figure is the mean per page, the walk's
+//!   throughput.
 //!
-//! Each round also psyncs every page of the store's PMO once through a writing session (one
-//! thread: encrypt, keyed MAC, write, persist) for the psync target, on a store file in the
-//! temporary directory (a disk: `msync` waits for it) and on one in `/dev/shm` (memory, standing
-//! for persistent memory, where persisting is flushing cache lines).
+//! Each round also psyncs every page of each suite's PMO once through a writing session (one
+//! thread: encrypt, MAC, write, persist) for the psync target, on a store file in `/dev/shm`
+//! (memory, standing for persistent memory, where persisting is flushing cache lines) and, for
+//! the default suite, on one in the temporary directory (a disk: `msync` waits for it).
 //!
 //! One thread touches each page once, sequentially; each touch is timed from just before the
 //! access to just after it returns (the whole round trip). Per variant the report gives the
@@ -44,9 +49,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use pmo_store::crypto::xts::XtsCipher;
-use pmo_store::crypto::{UserKey, PAGE};
+use pmo_store::crypto::{Suite, UserKey, PAGE};
 use pmo_store::medium::{FileMedium, Medium};
-use pmo_store::{Perm, Store, StoreOptions};
+use pmo_store::{CreateOptions, Design, Perm, Store, StoreOptions};
 use pmo_virtio::pager::{FillError, PageSource, Pager};
 use pmo_virtio::source::SessionSource;
 use uffd::{AnonMap, Uffd};
@@ -178,7 +183,11 @@ fn pager_touch(
     lat
 }
 
-/// A store file in `parent` with one PMO of `pages` pages, every page written once.
+/// The suites measured: the default of `d` first.
+const SUITES: [Suite; 2] = [Suite::AesGcm, Suite::XtsBlake3];
+
+/// A store file in `parent` with one PMO of `pages` pages per suite of [`SUITES`] (named after
+/// it), every page written once.
 struct BenchStore {
     dir: PathBuf,
     store: Store,
@@ -193,7 +202,7 @@ impl BenchStore {
         let medium: Arc<dyn Medium> = Arc::new(
             FileMedium::create(
                 &dir.join("store.img"),
-                pages * PAGE as u64 * 3 + (256 << 20),
+                pages * PAGE as u64 * 3 * SUITES.len() as u64 + (256 << 20),
             )
             .expect("medium"),
         );
@@ -206,21 +215,31 @@ impl BenchStore {
         )
         .expect("store");
         let key = UserKey::new(b"bench-key").expect("key");
-        store
-            .create_pmo("bench", pages * PAGE as u64, &key)
-            .expect("create");
+        assert_eq!(Design::D.default_suite(), SUITES[0]);
+        for suite in SUITES {
+            let opts = CreateOptions {
+                suite: Some(suite),
+                ..CreateOptions::default()
+            };
+            store
+                .create_pmo_with(suite.name(), pages * PAGE as u64, &key, opts)
+                .expect("create");
+        }
         let b = BenchStore { dir, store, key };
-        b.psync_gbps(pages, 0);
+        for suite in SUITES {
+            b.psync_gbps(suite, pages, 0);
+        }
         b
     }
 
-    /// Psyncs all `pages` pages, each filled with `fill` ^ its index, through a writing
-    /// session (the store's own encrypt, MAC, write and persist, on one thread); GB/s.
-    fn psync_gbps(&self, pages: u64, fill: u8) -> f64 {
+    /// Psyncs all `pages` pages of `suite`'s PMO, each filled with `fill` ^ its index, through
+    /// a writing session (the store's own encrypt, MAC, write and persist, on one thread);
+    /// GB/s.
+    fn psync_gbps(&self, suite: Suite, pages: u64, fill: u8) -> f64 {
         // A fault variant's read session ends in the background after its pager detach.
         let started = Instant::now();
         let w = loop {
-            match self.store.attach("bench", Perm::Write, &self.key) {
+            match self.store.attach(suite.name(), Perm::Write, &self.key) {
                 Err(pmo_store::StoreError::Busy(_)) if started.elapsed().as_secs() < 10 => {
                     std::thread::sleep(std::time::Duration::from_millis(1))
                 }
@@ -238,10 +257,10 @@ impl BenchStore {
         (pages * PAGE as u64) as f64 / ns
     }
 
-    fn session(&self) -> Arc<dyn PageSource> {
+    fn session(&self, suite: Suite) -> Arc<dyn PageSource> {
         let s = self
             .store
-            .attach("bench", Perm::Read, &self.key)
+            .attach(suite.name(), Perm::Read, &self.key)
             .expect("attach r");
         Arc::new(SessionSource::new(s, false))
     }
@@ -285,8 +304,8 @@ impl Fixture {
         }
     }
 
-    fn session(&self) -> Arc<dyn PageSource> {
-        self.disk.session()
+    fn session(&self, suite: Suite) -> Arc<dyn PageSource> {
+        self.disk.session(suite)
     }
 }
 
@@ -294,25 +313,32 @@ const KEY: [u8; 64] = [7u8; 64];
 
 /// The variants, in table order; `SPIN` is the yardstick. The pager runs with the VMM's two
 /// fault threads and, beside it, with one (one toucher here, so one thread can serve it; the
-/// second must stay asleep rather than share the host's two CPUs with the toucher).
-const NAMES: [&str; 9] = [
+/// second must stay asleep rather than share the host's two CPUs with the toucher). From
+/// `SCAN` on, the sequential scans: every thread may use every CPU.
+const NAMES: [&str; 12] = [
     "anon first touch (write)",
     "uffd blocking (poll), copy",
     "uffd spinning, copy",
     "pager zero-fill, 2 fault threads",
     "pager zero-fill, 1 fault thread",
     "pmo no integrity (XTS decrypt), 2 thr",
-    "pmo integrity (store session), 2 thr",
-    "pmo integrity (store session), 1 thr",
-    "pmo integrity, stream:8, 2 thr",
+    "pmo aes-gcm (default), 2 thr",
+    "pmo aes-gcm (default), 1 thr",
+    "pmo xts-blake3, 2 thr",
+    "scan: anon first touch (write)",
+    "scan: pmo aes-gcm, stream:8",
+    "scan: pmo aes-gcm, stream:64",
 ];
 const SPIN: usize = 2;
-/// The sequential walk with a predictor.
-const STREAM: usize = 8;
+/// The PMO fault of the default suite with the VMM's two fault threads.
+const PMO_FAULT: usize = 6;
+/// The first sequential-scan variant (anonymous memory, the scans' yardstick).
+const SCAN: usize = 9;
 
 fn run_variant(v: usize, pages: u64, fx: &Fixture) -> Vec<u64> {
+    let pmo = |threads, predictor| pager_touch(pages, threads, fx.session(SUITES[0]), predictor);
     match v {
-        0 => anon_touch(pages),
+        0 | 9 => anon_touch(pages),
         1 => minimal_handler(pages, false),
         2 => minimal_handler(pages, true),
         3 => pager_touch(pages, 2, Arc::new(Zeros), None),
@@ -326,9 +352,11 @@ fn run_variant(v: usize, pages: u64, fx: &Fixture) -> Vec<u64> {
             }),
             None,
         ),
-        6 => pager_touch(pages, 2, fx.session(), None),
-        7 => pager_touch(pages, 1, fx.session(), None),
-        _ => pager_touch(pages, 2, fx.session(), Some("stream:8")),
+        6 => pmo(2, None),
+        7 => pmo(1, None),
+        8 => pager_touch(pages, 2, fx.session(Suite::XtsBlake3), None),
+        10 => pmo(2, Some("stream:8")),
+        _ => pmo(2, Some("stream:64")),
     }
 }
 
@@ -343,19 +371,24 @@ fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
     (quantile(&v, 0.5), quantile(&v, 0.25), quantile(&v, 0.75))
 }
 
-/// Runs this thread, and every thread it starts from now on, on CPU `cpu` only.
-fn pin_to(cpu: usize) {
+/// Runs this thread, and every thread it starts from now on, on CPU `cpu` only, or on every
+/// CPU of the machine for `None`.
+fn pin_to(cpu: Option<usize>) {
+    // SAFETY: sysconf has no memory effects.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
     // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it (it ignores
     // indices past the set's size), and sched_setaffinity only reads it.
     let r = unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
+        for c in cpu.map_or(0..cpus, |c| c..c + 1) {
+            libc::CPU_SET(c, &mut set);
+        }
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
     };
     assert_eq!(
         r,
         0,
-        "pin to CPU {cpu}: {}",
+        "pin to CPU {cpu:?}: {}",
         std::io::Error::last_os_error()
     );
 }
@@ -380,7 +413,7 @@ fn main() {
     let cpu = std::env::var("PMO_BENCH_CPU")
         .ok()
         .and_then(|v| v.parse::<usize>().ok());
-    if let Some(cpu) = cpu {
+    if cpu.is_some() {
         pin_to(cpu);
     }
     let rounds = env("PMO_BENCH_ROUNDS", if quick { 2 } else { 15 }) as usize;
@@ -390,19 +423,28 @@ fn main() {
     let mut p50s: Vec<Vec<f64>> = vec![Vec::new(); NAMES.len()];
     let mut means: Vec<Vec<f64>> = vec![Vec::new(); NAMES.len()];
     let mut all: Vec<Vec<u64>> = vec![Vec::new(); NAMES.len()];
-    let (mut psync_disk, mut psync_shm) = (Vec::new(), Vec::new());
+    let mut psync_disk = Vec::new();
+    let mut psync_shm: Vec<Vec<f64>> = vec![Vec::new(); SUITES.len()];
     for round in 0..rounds {
         for k in 0..=NAMES.len() {
             let v = (round + k) % (NAMES.len() + 1);
             if v == NAMES.len() {
                 let fill = round as u8 + 1;
-                psync_disk.push(fx.disk.psync_gbps(pages, fill));
+                psync_disk.push(fx.disk.psync_gbps(SUITES[0], pages, fill));
                 if let Some(shm) = &fx.shm {
-                    psync_shm.push(shm.psync_gbps(pages, fill));
+                    for (i, suite) in SUITES.into_iter().enumerate() {
+                        psync_shm[i].push(shm.psync_gbps(suite, pages, fill));
+                    }
                 }
                 continue;
             }
+            if v >= SCAN && cpu.is_some() {
+                pin_to(None);
+            }
             let mut lat = run_variant(v, pages, &fx);
+            if v >= SCAN && cpu.is_some() {
+                pin_to(cpu);
+            }
             lat.sort_unstable();
             p50s[v].push(lat[lat.len() / 2] as f64);
             means[v].push(lat.iter().sum::<u64>() as f64 / lat.len() as f64);
@@ -419,7 +461,7 @@ fn main() {
         }
     );
     println!(
-        "{:<34} {:>9} {:>19} {:>9} {:>10} {:>8} {:>15}",
+        "{:<37} {:>9} {:>19} {:>9} {:>10} {:>8} {:>15}",
         "variant",
         "p50 (us)",
         "IQR of p50s (us)",
@@ -440,17 +482,23 @@ fn main() {
         all[v].sort_unstable();
         let p99 = all[v][(all[v].len() - 1) * 99 / 100] as f64;
         let mean = all[v].iter().sum::<u64>() as f64 / all[v].len() as f64;
+        if v == SCAN {
+            println!("sequential scans, every thread free to use every CPU:");
+        }
+        // A scan's figure is its mean (throughput); a ratio of its p50 to a fault's says nothing.
+        let vs_spin = if v < SCAN {
+            format!("{r:>7.2}x {r1:>6.2} - {r3:>5.2}")
+        } else {
+            String::new()
+        };
         println!(
-            "{:<34} {:>9.2} {:>8.2} - {:>8.2} {:>9.2} {:>10.2} {:>7.2}x {:>6.2} - {:>5.2}",
+            "{:<37} {:>9.2} {:>8.2} - {:>8.2} {:>9.2} {:>10.2} {vs_spin}",
             name,
             m / 1e3,
             q1 / 1e3,
             q3 / 1e3,
             p99 / 1e3,
             mean / 1e3,
-            r,
-            r1,
-            r3
         );
         match v {
             3 => verdicts.push((
@@ -459,8 +507,8 @@ fn main() {
                 r3,
                 1.1,
             )),
-            6 => verdicts.push((
-                "PMO fault with integrity (2 fault threads) <= 1.5x spinning handler",
+            PMO_FAULT => verdicts.push((
+                "PMO fault with integrity (default suite, 2 fault threads) <= 1.5x spinning handler",
                 r,
                 r3,
                 1.5,
@@ -475,27 +523,38 @@ fn main() {
             if r <= limit { "PASS" } else { "MISS" }
         );
     }
-    // Higher is better for these two: median and lower quartile.
-    let scan: Vec<f64> = (0..rounds)
-        .map(|r| means[0][r] / means[STREAM][r].max(1.0))
+    // Higher is better for the rest: median and lower quartile.
+    for (v, depth) in [(SCAN + 1, 8), (SCAN + 2, 64)] {
+        let scan: Vec<f64> = (0..rounds)
+            .map(|r| means[SCAN][r] / means[v][r].max(1.0))
+            .collect();
+        let (s, s1, _) = spread(scan);
+        println!(
+            "  {} sequential scan with stream:{depth}, throughput >= 0.8x anonymous first touch \
+             (means within each round, every CPU): {s:.2}x (lower quartile {s1:.2}x)",
+            if s >= 0.8 { "PASS" } else { "MISS" }
+        );
+    }
+    let mut psyncs: Vec<(String, Vec<f64>)> = SUITES
+        .iter()
+        .zip(psync_shm)
+        .map(|(suite, g)| (format!("{}, store file on /dev/shm", suite.name()), g))
         .collect();
-    let (s, s1, _) = spread(scan);
-    println!(
-        "  {} sequential walk with stream:8, throughput >= 0.8x anonymous first touch (means \
-         within each round): {s:.2}x (lower quartile {s1:.2}x)",
-        if s >= 0.8 { "PASS" } else { "MISS" }
-    );
-    for (medium, gbps) in [
-        ("store file on /dev/shm", psync_shm),
-        ("store file on the temporary directory's disk", psync_disk),
-    ] {
+    psyncs.push((
+        format!(
+            "{}, store file on the temporary directory's disk",
+            SUITES[0].name()
+        ),
+        psync_disk,
+    ));
+    for (what, gbps) in psyncs {
         if gbps.is_empty() {
             println!("  (no /dev/shm: psync measured on the disk only)");
             continue;
         }
         let (g, g1, _) = spread(gbps);
         println!(
-            "  {} psync of {pages} dirty pages (encrypt + MAC + write + persist, one thread, {medium}) \
+            "  {} psync of {pages} dirty pages (encrypt + MAC + write + persist, one thread, {what}) \
              >= 1 GB/s: {g:.2} GB/s (lower quartile {g1:.2})",
             if g >= 1.0 { "PASS" } else { "MISS" }
         );

@@ -179,7 +179,7 @@ fn build_golden() -> Golden {
     for (name, k, npages, suite, design) in spec {
         let o = CreateOptions {
             design,
-            suite,
+            suite: Some(suite),
             kdf: None,
         };
         s.create_pmo_with(name, npages * P64, &key(k), o)

@@ -179,7 +179,7 @@ impl TierEnv {
             &self.key,
             CreateOptions {
                 design: Design::D,
-                suite: Suite::XtsBlake3,
+                suite: Some(Suite::XtsBlake3),
                 kdf: None,
             },
         )?;

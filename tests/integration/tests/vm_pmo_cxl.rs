@@ -180,7 +180,7 @@ fn the_media_holds_no_plaintext_and_the_store_on_it_is_consistent() {
     let g = group();
     g.vms[0].assert_ok("pmo_basic.write");
     let list = check_media(g, &g.media);
-    assert_eq!((list.design, list.suite), (Design::D, Suite::XtsBlake3));
+    assert_eq!((list.design, list.suite), (Design::D, Suite::AesGcm));
 }
 
 /// Designs c and cl: the guest's PMOs round-trip through a new VMM process, their only

@@ -7,11 +7,13 @@
 //! ([`page_keys`]). All derived secrets are zeroized on drop and no type here prints them.
 //!
 //! Suites:
-//! - [`Suite::XtsBlake3`] (default): AES-XTS-256 with a tweak made of (page index, page version,
-//!   PMO uid) under the writing session's key, and a keyed BLAKE3 tag (128 bits) over (PMO uid,
-//!   page, version, generation, ciphertext).
-//! - [`Suite::AesGcm`]: AES-256-GCM (ring) under the writing session's key, nonce = (page,
-//!   version), AAD = (uid, page, version, generation).
+//! - [`Suite::AesGcm`] (the default of `d`, `wedi` and the `ip` designs): AES-256-GCM (ring)
+//!   under the writing session's key, nonce = (page, version), AAD = (uid, page, version,
+//!   generation). One pass encrypts and authenticates.
+//! - [`Suite::XtsBlake3`] (the default of the `id` designs, which compute tags apart from the
+//!   encryption): AES-XTS-256 with a tweak made of (page index, page version, PMO uid) under the
+//!   writing session's key, and a keyed BLAKE3 tag (128 bits) over (PMO uid, page, version,
+//!   generation, ciphertext).
 //! - [`Suite::Paper`]: what the authors' kernel does: AES-XTS-256 with one per-PMO tweak for every
 //!   page and an unkeyed SHA-256 of the ciphertext. Kept only so benches and tests can compare.
 //! - [`Suite::TeeBlake3`]: no software cipher: the PMO's extent lies in a TEE range of the CXL
@@ -84,11 +86,13 @@ pub enum CryptoError {
 /// bound under its record MAC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Suite {
-    /// AES-XTS-256 with per-(page, version) tweak + keyed BLAKE3 MAC. Our default.
+    /// AES-XTS-256 with per-(page, version) tweak + keyed BLAKE3 MAC. The default of the
+    /// designs that defer tags (its tag is computed apart from the encryption).
     XtsBlake3,
     /// The authors' scheme: one XTS tweak per PMO + unkeyed SHA-256. For comparison only.
     Paper,
-    /// AES-256-GCM with a (page, version) nonce.
+    /// AES-256-GCM with a (page, version) nonce. The default of every design that does not
+    /// defer tags: one pass encrypts and authenticates.
     AesGcm,
     /// No page cipher (the medium's TEE range key encrypts the extent) + keyed BLAKE3 MAC.
     /// Only on range-encrypted extents.
@@ -203,16 +207,6 @@ pub fn wipe(buf: &mut [u8]) {
     buf.fill(0);
     std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
     std::hint::black_box(buf);
-}
-
-/// A stack page wiped on drop with one memset. `Zeroizing` would use a volatile store per byte
-/// (about 1 us per page); `black_box` keeps the memset from being elided as a dead store.
-pub(crate) struct Scratch(pub(crate) [u8; PAGE]);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        wipe(&mut self.0);
-    }
 }
 
 /// Unkeyed SHA-256 of a page, as the authors' implementation stores it (for the weakness tests).

@@ -347,16 +347,15 @@ impl PmoKeys {
                 Ok(())
             }
             PageCipher::Gcm(k) => {
-                // Decrypt in a scratch page so not even transient unverified plaintext reaches
-                // `data` (ring authenticates while it decrypts).
-                let mut scratch = super::Scratch([0u8; PAGE]);
-                scratch.0.copy_from_slice(data);
+                // ring authenticates while it decrypts, so `data` holds unverified plaintext
+                // until the call returns; it is wiped before a failure is reported. `data` is
+                // the caller's own buffer (`&mut`): nobody else sees it in between.
                 let ok = k
                     .open_in_place_separate_tag(
                         gcm_nonce(&id),
                         ring::aead::Aad::from(Self::binding(&id)),
                         ring::aead::Tag::from(*tag),
-                        &mut scratch.0[..],
+                        &mut data[..],
                         0..,
                     )
                     .is_ok();
@@ -364,7 +363,6 @@ impl PmoKeys {
                     wipe(data);
                     return Err(CryptoError::BadTag);
                 }
-                data.copy_from_slice(&scratch.0[..]);
                 Ok(())
             }
         }

@@ -280,7 +280,7 @@ impl PmoService {
                 let design = self.design.locked().unwrap_or(Design::D);
                 let opts = CreateOptions {
                     design,
-                    suite: design.default_suite(),
+                    suite: None,
                     kdf: None,
                 };
                 self.store

@@ -137,7 +137,7 @@ pub enum StoreCommand {
         design: String,
         /// Page cipher and tag: xts-blake3, paper, aes-gcm; tee-blake3 (no software cipher,
         /// the expander's range key encrypts) only on an expander [default: tee-blake3 for
-        /// designs cl, c and cf, else xts-blake3].
+        /// designs cl, c and cf, xts-blake3 for bp-id and sp-id, else aes-gcm].
         #[arg(long)]
         suite: Option<String>,
         /// Argon2id cost of the key derivation: m=SIZE,t=PASSES,p=LANES or fast
@@ -217,10 +217,7 @@ pub fn run(cmd: StoreCommand) -> Result<(), StoreCliError> {
             let design = parse_design(&design)?;
             let opts = CreateOptions {
                 design,
-                suite: match suite {
-                    Some(s) => parse_suite(&s)?,
-                    None => design.default_suite(),
-                },
+                suite: suite.as_deref().map(parse_suite).transpose()?,
                 kdf: Some(match kdf {
                     Some(k) => {
                         KdfParams::parse(&k).map_err(|e| StoreCliError::Kdf(e.to_string()))?
@@ -337,7 +334,7 @@ pub fn pmo_create(
         out,
         "created PMO {name} ({size} bytes, design {}, suite {}, key derivation {})",
         opts.design.name(),
-        opts.suite.name(),
+        opts.suite().name(),
         opts.kdf.unwrap_or_default()
     )?;
     Ok(())
@@ -704,7 +701,7 @@ mod tests {
         // LPMO's design C: no software cipher, the range key alone keeps it off the media.
         let design_c = CreateOptions {
             design: Design::C,
-            suite: Design::C.default_suite(),
+            suite: None,
             ..fast
         };
         pmo_create(sf, "cpmo", 1 << 20, &key, design_c, &mut out).unwrap();

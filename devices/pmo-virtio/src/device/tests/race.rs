@@ -487,7 +487,11 @@ fn hostile_guest_races_switches_to_cxl_designs_on_an_expander_store() {
     eprintln!("suites of the PMOs left: {suites:?}");
     // After the race both kinds are still made as asked: a CXL design's PMO has only the
     // range key as its cipher, a file design's its own.
-    for (design, suite) in [("c", "tee-blake3"), ("d", "xts-blake3")] {
+    for (design, suite) in [
+        ("c", "tee-blake3"),
+        ("d", "aes-gcm"),
+        ("sp-id", "xts-blake3"),
+    ] {
         let mut f = [0u8; proto::DESIGN_FIELD];
         f[..design.len()].copy_from_slice(design.as_bytes());
         assert_eq!(call(&s, proto::OP_SET_DESIGN, &f).0, Status::Ok);
