@@ -3,7 +3,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::stride::{push_stride, StrideTable};
-use crate::{push_candidate, FaultEvent, Predictor};
+use crate::{push_next, FaultEvent, Predictor};
 
 /// Outcomes (used / wasted) remembered for the accuracy estimate.
 const WINDOW: usize = 64;
@@ -174,16 +174,7 @@ impl Predictor for Adaptive {
         let start = out.len();
         match stride {
             Some(s) => push_stride(ev, s, depth, out),
-            None => {
-                for k in 1..=depth as u64 {
-                    match ev.page.checked_add(k) {
-                        Some(p) if p < ev.npages => {
-                            push_candidate(out, start, ev, p);
-                        }
-                        _ => break,
-                    }
-                }
-            }
+            None => push_next(out, ev, depth),
         }
         self.strides.set_line(
             ev.thread,

@@ -1,6 +1,6 @@
 //! The baseline predictors: none, and the paper's stream buffer.
 
-use crate::{push_candidate, FaultEvent, Predictor};
+use crate::{push_next, FaultEvent, Predictor};
 
 /// Never predicts. The `d` design (DRAM shadow paging without prediction) and the baseline every
 /// other predictor must beat.
@@ -41,15 +41,7 @@ impl Stream {
 
 impl Predictor for Stream {
     fn on_fault(&mut self, ev: &FaultEvent, out: &mut Vec<u64>) {
-        let start = out.len();
-        for k in 1..=self.depth as u64 {
-            match ev.page.checked_add(k) {
-                Some(p) if p < ev.npages => {
-                    push_candidate(out, start, ev, p);
-                }
-                _ => break,
-            }
-        }
+        push_next(out, ev, self.depth);
     }
 
     fn name(&self) -> String {

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::{offset_page, push_candidate, FaultEvent, Predictor};
+use crate::{offset_page, FaultEvent, Predictor};
 
 /// Most threads tracked at once. The pager's thread ids are unbounded over a long run (threads come
 /// and go), so the table evicts the least recently faulting thread instead of growing.
@@ -144,13 +144,15 @@ impl StrideTable {
 }
 
 /// Pushes `page + stride, page + 2*stride, ...` (`depth` of them, clipped to the PMO).
+/// With a stride other than 0 the pages are distinct and never the faulting one, so they go
+/// in without a duplicate check; a stride of 0 predicts nothing.
 pub(crate) fn push_stride(ev: &FaultEvent, stride: i64, depth: usize, out: &mut Vec<u64>) {
-    let start = out.len();
+    if stride == 0 {
+        return;
+    }
     for k in 1..=depth as u64 {
         match offset_page(ev.page, stride, k, ev.npages) {
-            Some(p) => {
-                push_candidate(out, start, ev, p);
-            }
+            Some(p) => out.push(p),
             None => break,
         }
     }

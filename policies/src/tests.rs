@@ -499,3 +499,34 @@ fn markov_follows_the_most_frequent_successor() {
     }
     assert_eq!(predict(&mut t, 1, 100, 1), vec![2]);
 }
+
+/// Batches without a duplicate check stay inside the PMO, never name the faulting page, and
+/// hold no page twice, at its ends and at the top of the page space.
+#[test]
+fn sequential_and_strided_batches_stay_in_range_and_distinct() {
+    let ev = |page, npages| FaultEvent {
+        page,
+        npages,
+        thread: 0,
+    };
+    let mut out = Vec::new();
+    crate::push_next(&mut out, &ev(5, 10), 256);
+    assert_eq!(out, vec![6, 7, 8, 9]);
+    out.clear();
+    crate::push_next(&mut out, &ev(9, 10), 4);
+    assert!(out.is_empty(), "the last page has no next");
+    crate::push_next(&mut out, &ev(u64::MAX - 1, u64::MAX), 8);
+    assert!(out.is_empty(), "no wrap past the top");
+    crate::push_next(&mut out, &ev(3, 10), 0);
+    assert!(out.is_empty());
+    let mut s = crate::stream::Stream::new(256);
+    let got = predict(&mut s, 100, 4096, 0);
+    assert_eq!(got, (101..=356).collect::<Vec<_>>());
+    crate::stride::push_stride(&ev(20, 30), -7, 8, &mut out);
+    assert_eq!(out, vec![13, 6], "a reverse stride stops at page 0");
+    out.clear();
+    crate::stride::push_stride(&ev(20, 30), 0, 8, &mut out);
+    assert!(out.is_empty(), "a zero stride predicts nothing");
+    crate::stride::push_stride(&ev(20, 30), 4, 8, &mut out);
+    assert_eq!(out, vec![24, 28]);
+}

@@ -16,9 +16,9 @@
 
 use crate::crypto::{KeyGen, Tag};
 use crate::medium::{Medium, MediumError};
-use locked::Locked;
+use locked::{Locked, RwLocked};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Children per interior node.
 pub const ARITY: u64 = 64;
@@ -162,10 +162,16 @@ impl Leaf {
 
 type GroupMap = HashMap<(usize, u64), Arc<Vec<u8>>>;
 
+/// The leaf group a run of lookups used last ([`TreeCache::leaf_at`]). Valid while the tree
+/// does not change, i.e. within one fault run (psync applies under the session's exclusive
+/// I/O lock, which the run holds shared).
+#[derive(Default)]
+pub struct GroupCursor(Option<(u64, Arc<Vec<u8>>)>);
+
 /// Groups already verified in this session, and the trusted root: a fault re-verifies only up to
 /// the first cached ancestor, so steady-state faults cost no hashing beyond the page tag.
 pub struct TreeCache {
-    groups: Mutex<GroupMap>,
+    groups: RwLock<GroupMap>,
     root: Mutex<[u8; 32]>,
 }
 
@@ -181,13 +187,13 @@ impl TreeCache {
     /// A cache trusting `root` (checked against its MAC by the caller).
     pub fn new(root: [u8; 32]) -> Self {
         Self {
-            groups: Mutex::new(HashMap::new()),
+            groups: RwLock::new(HashMap::new()),
             root: Mutex::new(root),
         }
     }
 
-    fn lock_groups(&self) -> std::sync::MutexGuard<'_, GroupMap> {
-        self.groups.locked()
+    fn lock_groups(&self) -> std::sync::RwLockWriteGuard<'_, GroupMap> {
+        self.groups.write_locked()
     }
 
     /// The trusted root.
@@ -204,7 +210,7 @@ impl TreeCache {
         k: usize,
         g: u64,
     ) -> Result<Arc<Vec<u8>>, TreeError> {
-        if let Some(x) = self.lock_groups().get(&(k, g)) {
+        if let Some(x) = self.groups.read_locked().get(&(k, g)) {
             return Ok(x.clone());
         }
         let (off, len) = layout.group_range(k, g);
@@ -236,9 +242,31 @@ impl TreeCache {
         meta_off: u64,
         page: u64,
     ) -> Result<Leaf, TreeError> {
-        let g = self.group(layout, m, meta_off, 0, page / ARITY)?;
+        self.leaf_at(layout, m, meta_off, page, &mut GroupCursor::default())
+    }
+
+    /// The verified leaf of `page`, through `cursor`: lookups of pages in the group the
+    /// cursor holds take neither the cache's lock nor a reference count, so a run of
+    /// consecutive pages costs one cache lookup per group.
+    pub fn leaf_at(
+        &self,
+        layout: &TreeLayout,
+        m: &dyn Medium,
+        meta_off: u64,
+        page: u64,
+        cursor: &mut GroupCursor,
+    ) -> Result<Leaf, TreeError> {
+        let g = page / ARITY;
         let i = (page % ARITY) as usize * LEAF;
-        Ok(Leaf::decode(&g[i..i + LEAF]))
+        match &cursor.0 {
+            Some((held, bytes)) if *held == g => Ok(Leaf::decode(&bytes[i..i + LEAF])),
+            _ => {
+                let bytes = self.group(layout, m, meta_off, 0, g)?;
+                let leaf = Leaf::decode(&bytes[i..i + LEAF]);
+                cursor.0 = Some((g, bytes));
+                Ok(leaf)
+            }
+        }
     }
 
     /// Computes the groups and root after replacing the given leaves. Reads only verified data.

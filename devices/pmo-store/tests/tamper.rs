@@ -89,6 +89,55 @@ fn flipping_any_byte_of_a_page_is_detected() {
     assert_eq!(out, expect(page));
 }
 
+/// A run read (the prefetch of a sequential scan) stops at a tampered page: the pages
+/// before it are verified plaintext, the tampered one holds zeros, and nothing after it is
+/// read. Its tree group and cipher are shared across the run, so this checks that a cached
+/// group or cipher never lets a page through unchecked, whichever page is edited.
+#[test]
+fn a_run_stops_at_a_tampered_page_and_returns_only_what_verified_before_it() {
+    let f = fixture();
+    let r = f.s.attach("p", Perm::Read, &key("k")).unwrap();
+    for bad in 0..NP {
+        let off = f.ext + bad * PAGE as u64 + 100;
+        flip(&f.m, off);
+        let mut out = vec![[0xAAu8; PAGE]; NP as usize];
+        let (at, e) = r.fault_run(0, &mut out).unwrap_err();
+        assert_eq!(at as u64, bad);
+        assert!(
+            matches!(e, StoreError::Integrity { page } if page == bad),
+            "{e}"
+        );
+        for p in 0..bad {
+            assert_eq!(out[p as usize], expect(p), "page {p} before the bad one");
+        }
+        assert_eq!(
+            out[bad as usize], [0u8; PAGE],
+            "the bad page leaves no plaintext"
+        );
+        for p in bad + 1..NP {
+            assert_eq!(
+                out[p as usize], [0xAAu8; PAGE],
+                "page {p} after it is not read"
+            );
+        }
+        flip(&f.m, off);
+    }
+    let mut out = vec![[0u8; PAGE]; NP as usize];
+    r.fault_run(0, &mut out).unwrap();
+    for p in 0..NP {
+        assert_eq!(out[p as usize], expect(p));
+    }
+    // A run past the end fails where it leaves the PMO, having filled what lies inside.
+    let mut out = vec![[0xAAu8; PAGE]; 3];
+    let (at, e) = r.fault_run(NP - 1, &mut out).unwrap_err();
+    assert_eq!(at, 1);
+    assert!(matches!(e, StoreError::PageOutOfRange { page, .. } if page == NP));
+    assert_eq!(out[0], expect(NP - 1));
+    assert_eq!(out[1], [0u8; PAGE]);
+    let (at, _) = r.fault_run(u64::MAX, &mut out).unwrap_err();
+    assert_eq!(at, 0, "no wrap at the top of the page space");
+}
+
 #[test]
 fn flipping_any_byte_of_page_metadata_is_detected() {
     let f = fixture();

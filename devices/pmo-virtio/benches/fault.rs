@@ -19,7 +19,7 @@
 //! - the **sequential scan** variants walk the same pages with every thread free to use every
 //!   CPU (also under `PMO_BENCH_CPU`: a scan that overlaps decryption with the walk needs a
 //!   second CPU): first touch of anonymous memory, and the PMO (default suite) with a stream
-//!   predictor of depth 8 and of depth 64. Their figure is the mean per page, the walk's
+//!   predictor of depth 8 and of depth 256. Their figure is the mean per page, the walk's
 //!   throughput.
 //!
 //! Each round also psyncs every page of each suite's PMO once through a writing session (one
@@ -327,7 +327,7 @@ const NAMES: [&str; 12] = [
     "pmo xts-blake3, 2 thr",
     "scan: anon first touch (write)",
     "scan: pmo aes-gcm, stream:8",
-    "scan: pmo aes-gcm, stream:64",
+    "scan: pmo aes-gcm, stream:256",
 ];
 const SPIN: usize = 2;
 /// The PMO fault of the default suite with the VMM's two fault threads.
@@ -356,7 +356,7 @@ fn run_variant(v: usize, pages: u64, fx: &Fixture) -> Vec<u64> {
         7 => pmo(1, None),
         8 => pager_touch(pages, 2, fx.session(Suite::XtsBlake3), None),
         10 => pmo(2, Some("stream:8")),
-        _ => pmo(2, Some("stream:64")),
+        _ => pmo(2, Some("stream:256")),
     }
 }
 
@@ -524,7 +524,7 @@ fn main() {
         );
     }
     // Higher is better for the rest: median and lower quartile.
-    for (v, depth) in [(SCAN + 1, 8), (SCAN + 2, 64)] {
+    for (v, depth) in [(SCAN + 1, 8), (SCAN + 2, 256)] {
         let scan: Vec<f64> = (0..rounds)
             .map(|r| means[SCAN][r] / means[v][r].max(1.0))
             .collect();

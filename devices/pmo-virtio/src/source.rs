@@ -57,13 +57,23 @@ impl PageSource for SessionSource {
                 why: "detached".into(),
             });
         };
-        session.fault(page, out).map_err(|e| match e {
-            StoreError::Integrity { page } => FillError::Integrity(page),
-            e => FillError::Other {
-                page,
-                why: e.to_string(),
-            },
-        })
+        session.fault(page, out).map_err(|e| fill_error(page, e))
+    }
+
+    fn fill_run(&self, first: u64, out: &mut [[u8; PAGE]]) -> Result<(), (usize, FillError)> {
+        let guard = self.session.read_locked();
+        let Some(session) = guard.as_ref() else {
+            return Err((
+                0,
+                FillError::Other {
+                    page: first,
+                    why: "detached".into(),
+                },
+            ));
+        };
+        session
+            .fault_run(first, out)
+            .map_err(|(i, e)| (i, fill_error(first.saturating_add(i as u64), e)))
     }
 
     fn writable(&self) -> bool {
@@ -76,6 +86,18 @@ impl PageSource for SessionSource {
 
     fn fill_waits(&self) -> bool {
         self.fill_waits
+    }
+}
+
+/// The pager's view of a store error on `page`: an integrity failure is refused and reported;
+/// anything else is only not installed.
+fn fill_error(page: u64, e: StoreError) -> FillError {
+    match e {
+        StoreError::Integrity { page } => FillError::Integrity(page),
+        e => FillError::Other {
+            page,
+            why: e.to_string(),
+        },
     }
 }
 

@@ -36,7 +36,7 @@ use zeroize::Zeroizing;
 
 pub use extent::{ExtentKeyring, RangeCipher};
 pub use kdf::KdfParams;
-pub use page_keys::{KeyGen, KeyParams, PageId, PmoKeys};
+pub use page_keys::{CipherCache, KeyGen, KeyParams, PageId, PmoKeys};
 pub use xts::{XtsCipher, XtsError};
 
 /// Size of a PMO page.

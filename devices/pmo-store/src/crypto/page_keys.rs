@@ -88,6 +88,34 @@ enum PageCipher {
     RangeKeyed,
 }
 
+/// The cipher a run of page operations used last: pages of one run mostly share a
+/// generation, so [`PmoKeys::open_page_cached`] looks the generation up once per run instead
+/// of once per page. Holds no key bytes of its own, only a reference to the keys' cipher.
+#[derive(Default)]
+pub struct CipherCache<'k>(Option<(KeyGen, Held<'k>)>);
+
+/// A cipher of [`PmoKeys`]: borrowed when it is one that never leaves them (the paper
+/// suite's, the first generation's), so using it writes to no shared reference count.
+enum Held<'k> {
+    Borrowed(&'k PageCipher),
+    Shared(Arc<PageCipher>),
+}
+
+impl Held<'_> {
+    fn get(&self) -> &PageCipher {
+        match self {
+            Held::Borrowed(c) => c,
+            Held::Shared(c) => c,
+        }
+    }
+}
+
+impl std::fmt::Debug for CipherCache<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CipherCache")
+    }
+}
+
 /// All keys of one PMO, derived from a user key. Secrets zeroize on drop; nothing here prints
 /// them.
 pub struct PmoKeys {
@@ -98,6 +126,9 @@ pub struct PmoKeys {
     cipher_key: Zeroizing<[u8; 32]>,
     /// The paper suite's one cipher for every page and version.
     paper: Option<Arc<PageCipher>>,
+    /// The first generation's cipher, read without a lock: a PMO written by one session has
+    /// only that one, and every fault of a reader asks for it.
+    first: std::sync::OnceLock<(KeyGen, Arc<PageCipher>)>,
     ciphers: RwLock<HashMap<KeyGen, Arc<PageCipher>>>,
 }
 
@@ -142,6 +173,7 @@ impl PmoKeys {
             record_key,
             cipher_key,
             paper,
+            first: std::sync::OnceLock::new(),
             ciphers: RwLock::new(HashMap::new()),
         })
     }
@@ -190,6 +222,11 @@ impl PmoKeys {
         if let Some(p) = &self.paper {
             return Ok(p.clone());
         }
+        if let Some((g, c)) = self.first.get() {
+            if g == gen {
+                return Ok(c.clone());
+            }
+        }
         if let Some(c) = self.ciphers.read_locked().get(gen) {
             return Ok(c.clone());
         }
@@ -213,12 +250,26 @@ impl PmoKeys {
             }
         };
         let c = Arc::new(c);
+        if self.first.set((*gen, c.clone())).is_ok() {
+            return Ok(c);
+        }
         let mut cache = self.ciphers.write_locked();
         if cache.len() >= GENERATION_CACHE {
             cache.clear();
         }
         cache.insert(*gen, c.clone());
         Ok(c)
+    }
+
+    /// [`PmoKeys::cipher`], borrowed where it can be (see [`Held`]).
+    fn held(&self, gen: &KeyGen) -> Result<Held<'_>, CryptoError> {
+        if let Some(p) = &self.paper {
+            return Ok(Held::Borrowed(p));
+        }
+        match self.first.get() {
+            Some((g, c)) if g == gen => Ok(Held::Borrowed(c)),
+            _ => self.cipher(gen).map(Held::Shared),
+        }
     }
 
     fn tweak(&self, id: &PageId) -> [u8; 16] {
@@ -322,14 +373,32 @@ impl PmoKeys {
         data: &mut [u8; PAGE],
         tag: &Tag,
     ) -> Result<(), CryptoError> {
-        let cipher = match self.cipher(&id.gen) {
-            Ok(c) => c,
-            Err(e) => {
-                wipe(data);
-                return Err(e);
+        self.open_page_cached(id, data, tag, &mut CipherCache::default())
+    }
+
+    /// [`PmoKeys::open_page`] through `cache` (see [`CipherCache`]); the cache must be used
+    /// with these keys only.
+    pub fn open_page_cached<'k>(
+        &'k self,
+        id: PageId,
+        data: &mut [u8; PAGE],
+        tag: &Tag,
+        cache: &mut CipherCache<'k>,
+    ) -> Result<(), CryptoError> {
+        if !matches!(&cache.0, Some((g, _)) if *g == id.gen) {
+            match self.held(&id.gen) {
+                Ok(c) => cache.0 = Some((id.gen, c)),
+                Err(e) => {
+                    wipe(data);
+                    return Err(e);
+                }
             }
+        }
+        let Some((_, cipher)) = &cache.0 else {
+            wipe(data);
+            return Err(CryptoError::Aead);
         };
-        match &*cipher {
+        match cipher.get() {
             PageCipher::Xts(x) => {
                 let t = self.mac(&id, data);
                 if !bool::from(t.ct_eq(tag)) {

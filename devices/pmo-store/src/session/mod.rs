@@ -3,10 +3,10 @@
 mod detach;
 mod psync;
 
-use super::tree::TreeCache;
+use super::tree::{GroupCursor, TreeCache};
 use super::{Design, LivePmo, Perm, PmoState, StoreError, StoreState};
 use crate::crypto::wipe;
-use crate::crypto::{KeyGen, PageId, PmoKeys, PAGE};
+use crate::crypto::{CipherCache, KeyGen, PageId, PmoKeys, PAGE};
 use locked::{Locked, RwLocked};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock};
@@ -41,6 +41,17 @@ struct Attachment {
     psync_lock: Mutex<()>,
     /// Id designs: plaintext of pages psync'd without a tag yet (the shadow, until UC).
     pending: Mutex<BTreeMap<u64, Box<[u8; PAGE]>>>,
+    /// Psync defers tags (an `id` design with a suite whose tags can be): only then can
+    /// `pending` hold pages, so only then do faults look there.
+    defers_tags: bool,
+}
+
+/// What consecutive page reads of one fault run share: the leaf group and the cipher of
+/// the last page.
+#[derive(Default)]
+struct RunCache<'k> {
+    group: GroupCursor,
+    cipher: CipherCache<'k>,
 }
 
 /// An attach session on one PMO. `Send + Sync`: `fault` may run from several threads at once.
@@ -131,6 +142,7 @@ impl Session {
             design,
             r.keys.suite,
         )?;
+        let defers_tags = design.defers_checksum() && keys.tags_separable();
         let mut attachment = Attachment {
             store,
             pmo,
@@ -144,6 +156,7 @@ impl Session {
             plain: None,
             psync_lock: Mutex::new(()),
             pending: Mutex::new(BTreeMap::new()),
+            defers_tags,
         };
         // Persist R/W (first attacher only), as in the papers' diagrams.
         let want = match perm {
@@ -232,28 +245,57 @@ impl Session {
     /// Serves a page fault: verified plaintext of `page` into `out`. On any failure `out` holds no
     /// plaintext (it is zeroed). Callable concurrently for different pages.
     pub fn fault(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), StoreError> {
+        self.fault_run(page, std::slice::from_mut(out))
+            .map_err(|(_, e)| e)
+    }
+
+    /// Serves faults on the consecutive pages `first ..`, one per buffer of `out`, in order:
+    /// what a prefetch of a sequential run asks for. The session's I/O lock is taken once
+    /// and consecutive pages share their tree group and cipher lookups, so threads filling
+    /// runs side by side do not meet on a lock per page. On a failure at `first + i` the
+    /// error comes back with `i`: `out[i]` holds no plaintext (it is zeroed) and `out[..i]`
+    /// holds verified pages; nothing after `i` is read.
+    pub fn fault_run(&self, first: u64, out: &mut [[u8; PAGE]]) -> Result<(), (usize, StoreError)> {
         let c = self.attachment();
-        if page >= c.pmo.npages {
-            return Err(StoreError::PageOutOfRange {
-                page,
-                npages: c.pmo.npages,
-            });
+        let npages = c.pmo.npages;
+        let mut cache = RunCache::default();
+        // `wedi` copies from its attach-time plaintext and touches no primary.
+        let _io = c.plain.is_none().then(|| c.io.read_locked());
+        let mut filled = 0u64;
+        let mut result = Ok(());
+        for (i, o) in out.iter_mut().enumerate() {
+            let page = match first.checked_add(i as u64).filter(|p| *p < npages) {
+                Some(p) => p,
+                None => {
+                    wipe(&mut o[..]);
+                    let page = first.saturating_add(i as u64);
+                    result = Err((i, StoreError::PageOutOfRange { page, npages }));
+                    break;
+                }
+            };
+            if let Some(plain) = &c.plain {
+                let g = plain.read_locked();
+                let a = page as usize * PAGE;
+                o.copy_from_slice(&g.0[a..a + PAGE]);
+                continue;
+            }
+            if c.defers_tags {
+                if let Some(p) = c.pending.locked().get(&page) {
+                    // Id: psync'd, checksum not yet updated: the shadow copy is authoritative.
+                    o.copy_from_slice(&p[..]);
+                    continue;
+                }
+            }
+            if let Err(e) = c.fault_medium_cached(page, o, &mut cache) {
+                result = Err((i, e));
+                break;
+            }
+            filled += 1;
         }
-        if let Some(plain) = &c.plain {
-            let g = plain.read_locked();
-            let a = page as usize * PAGE;
-            out.copy_from_slice(&g.0[a..a + PAGE]);
-            return Ok(());
+        if filled > 0 && c.design.reencrypt_touched_at_detach() {
+            c.touched.locked().extend(first..first + filled);
         }
-        if let Some(p) = c.pending.locked().get(&page) {
-            // Id: psync'd, checksum not yet updated: the shadow copy is authoritative.
-            out.copy_from_slice(&p[..]);
-            return Ok(());
-        }
-        let _io = c.io.read_locked();
-        c.fault_medium(page, out)?;
-        c.touched.locked().insert(page);
-        Ok(())
+        result
     }
 
     /// Atomically persists the given dirty pages (page index, plaintext). A crash at any instant
@@ -286,7 +328,7 @@ impl Session {
                 g.0[a..a + PAGE].copy_from_slice(&d[..]);
             }
         }
-        let defer = c.design.defers_checksum() && c.keys.tags_separable();
+        let defer = c.defers_tags;
         c.commit(dirty.into_iter(), defer)
     }
 
@@ -350,10 +392,20 @@ impl Attachment {
 
     /// Reads, verifies and decrypts one page from the medium.
     fn fault_medium(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), StoreError> {
+        self.fault_medium_cached(page, out, &mut RunCache::default())
+    }
+
+    /// [`Attachment::fault_medium`] for one page of a run, through the run's cache.
+    fn fault_medium_cached<'k>(
+        &'k self,
+        page: u64,
+        out: &mut [u8; PAGE],
+        cache: &mut RunCache<'k>,
+    ) -> Result<(), StoreError> {
         let m = &*self.store.medium;
         let leaf = self
             .tree
-            .leaf(&self.pmo.layout, m, self.meta_off(), page)
+            .leaf_at(&self.pmo.layout, m, self.meta_off(), page, &mut cache.group)
             .map_err(integrity(page));
         let leaf = match leaf {
             Ok(l) => l,
@@ -377,17 +429,18 @@ impl Attachment {
             gen: leaf.gen,
         };
         self.keys
-            .open_page(id, out, &leaf.tag)
+            .open_page_cached(id, out, &leaf.tag, &mut cache.cipher)
             .map_err(|_| StoreError::Integrity { page })
     }
 
     fn verify_every_page(&self, skip: &BTreeMap<u64, &[u8; PAGE]>) -> Result<(), StoreError> {
         let mut buf = [0u8; PAGE];
+        let mut cache = RunCache::default();
         for p in 0..self.pmo.npages {
             if skip.contains_key(&p) {
                 continue;
             }
-            self.fault_medium(p, &mut buf)?;
+            self.fault_medium_cached(p, &mut buf, &mut cache)?;
         }
         wipe(&mut buf[..]);
         Ok(())

@@ -385,7 +385,7 @@ fn pending_events(s: &PmoService) -> Vec<(u32, u64, u64)> {
 /// page would be SIGSEGV on a host thread; in a VM KVM returns EFAULT).
 fn touch(s: &PmoService, off: u64, page: u64, write: bool) {
     use crate::pager::FaultHandler;
-    let mut buf = Box::new([0u8; PAGE]);
+    let mut buf = s.pager().scratch();
     s.pager().handle(
         crate::pager::Fault {
             address: s.pager().host_addr() + off + page * 4096,

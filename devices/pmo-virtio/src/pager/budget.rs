@@ -144,33 +144,72 @@ impl Pager {
         dirty: bool,
         wp: bool,
     ) -> Installed {
+        if self.install_run_in(slice, page, data, dirty, wp) == 0 {
+            Installed::Not
+        } else {
+            Installed::Done
+        }
+    }
+
+    /// [`Pager::install_in`] for a run of consecutive pages from `first` (`data` holds whole
+    /// pages, at most 64): spilled pages are left out, and each stretch between them goes in
+    /// with one copy. Returns which pages went in (bit i for page `first + i`).
+    pub(super) fn install_run_in(
+        &self,
+        slice: &Slice,
+        first: u64,
+        data: &[u8],
+        dirty: bool,
+        wp: bool,
+    ) -> u64 {
+        let n = data.len() / PAGE;
         let Some(_gate) = slice.enter() else {
-            return Installed::Not;
+            return 0;
         };
         let spilled = slice.spilled.locked();
-        if spilled.contains_key(&page) {
-            return Installed::Not;
+        let mut placed = 0u64;
+        let mut i = 0;
+        while i < n {
+            if spilled.contains_key(&(first + i as u64)) {
+                i += 1;
+                continue;
+            }
+            let mut len = 1;
+            while i + len < n && !spilled.contains_key(&(first + (i + len) as u64)) {
+                len += 1;
+            }
+            for k in i..i + len {
+                if dirty {
+                    slice.mark_dirty(first + k as u64);
+                }
+                if slice.on_device {
+                    // The page is written into the expander's device memory (LPMO CF).
+                    self.charge_device(Instant::now());
+                }
+            }
+            let addr = self.page_addr(slice, first + i as u64);
+            match self
+                .uffd
+                .install_pages(addr, &data[i * PAGE..(i + len) * PAGE], wp)
+            {
+                Ok(mask) => placed |= mask << i,
+                Err(e) => log::error!("pmo: install pages at {addr:#x}: {e}"),
+            }
+            i += len;
         }
-        if dirty {
-            slice.mark_dirty(page);
+        for k in (0..n).filter(|k| placed & (1 << k) != 0) {
+            let page = first + k as u64;
+            // `data` came from the store: remember what it holds. Only when installed (a fill
+            // that lost a race may be older than a psync), and under the tier lock, which a
+            // psync holds to record what it wrote, so the two cannot land out of order.
+            if let Some(d) = &slice.digests {
+                d.record(page, &data[k * PAGE..(k + 1) * PAGE]);
+            }
+            set_bit(&slice.installed, page);
+            self.admitted(slice, page, dirty);
         }
-        if slice.on_device {
-            // The page is written into the expander's device memory (LPMO CF).
-            self.charge_device(Instant::now());
-        }
-        if !self.install(self.page_addr(slice, page), data, wp) {
-            return Installed::Not;
-        }
-        // `data` came from the store: remember what it holds. Only when installed (a fill that
-        // lost a race may be older than a psync), and under the tier lock, which a psync holds
-        // to record what it wrote, so the two cannot land out of order.
-        if let Some(d) = &slice.digests {
-            d.record(page, data);
-        }
-        set_bit(&slice.installed, page);
-        self.admitted(slice, page, dirty);
         drop(spilled);
-        Installed::Done
+        placed
     }
 
     /// Counts a page that just became resident (under the slice's tier lock).

@@ -36,7 +36,7 @@ impl StoreDigests {
         })
     }
 
-    fn digest(&self, data: &[u8; PAGE]) -> [u64; 2] {
+    fn digest(&self, data: &[u8]) -> [u64; 2] {
         let h = blake3::keyed_hash(&self.key, data);
         let b = h.as_bytes();
         let word = |i: usize| {
@@ -52,8 +52,9 @@ impl StoreDigests {
         Some((self.words.get(i)?, self.words.get(i + 1)?))
     }
 
-    /// The store holds `data` as `page` now (it was filled from there, or psynced).
-    pub(super) fn record(&self, page: u64, data: &[u8; PAGE]) {
+    /// The store holds `data` (one page) as `page` now (it was filled from there, or
+    /// psynced).
+    pub(super) fn record(&self, page: u64, data: &[u8]) {
         if let Some((a, b)) = self.slot(page) {
             let [x, y] = self.digest(data);
             a.store(x, Ordering::Relaxed);

@@ -133,16 +133,26 @@ impl Pager {
             // A trigger: verified already, so this fault costs no crypto.
             slice.stats.trigger_hits.fetch_add(1, Ordering::Relaxed);
             slice.feedback(page, true);
-            // Predict before the install wakes the guest: its next touch must
-            // find the next batch already on its way.
-            self.predict_after(&slice, page, f.tid, f.write);
+            // Predict before the install wakes the guest: its next touch must find the next
+            // batch already queued (the worker is woken after the install).
+            let wake = self.predict_after(&slice, page, f.tid, f.write);
             slice.stats.record_fault(start.elapsed().as_nanos() as u64);
             if self.install_in(&slice, page, &staged.data, dirty_now, wp) == Installed::Not {
                 self.wake(f.address);
             }
+            self.wake_prefetch(wake);
             clear_bit(&slice.predicted, page);
             slice.expire_staged(now);
             self.enforce_budget();
+            return;
+        }
+        if test_bit(&slice.filling, page) {
+            // A prefetch run has it in hand: the run's install wakes this access (its release
+            // does, if it cannot install the page). Decrypting it here too would only race
+            // the run and split its one install into single pages.
+            slice.stats.prefetch_late.fetch_add(1, Ordering::Relaxed);
+            slice.feedback(page, true);
+            slice.stats.record_fault(start.elapsed().as_nanos() as u64);
             return;
         }
         if slice.source.fill_waits() {
@@ -162,8 +172,8 @@ impl Pager {
                 }
                 set_bit(&slice.demand, page);
                 // Predict before the install wakes the guest: its next touch must
-                // find the next pages already on their way.
-                self.predict_after(&slice, page, f.tid, f.write);
+                // find the next pages already queued (the worker is woken after it).
+                let wake = self.predict_after(&slice, page, f.tid, f.write);
                 // Count before installing, for the same reason. The histogram
                 // covers lookup, decryption, verification and prediction.
                 slice.stats.pages_decrypted.fetch_add(1, Ordering::Relaxed);
@@ -175,6 +185,7 @@ impl Pager {
                     slice.stats.pages_decrypted.fetch_sub(1, Ordering::Relaxed);
                     self.wake(f.address);
                 }
+                self.wake_prefetch(wake);
                 buf.fill(0);
                 slice.expire_staged(now);
                 self.enforce_budget();

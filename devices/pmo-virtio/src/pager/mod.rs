@@ -112,6 +112,16 @@ pub enum Detected {
 pub trait PageSource: Send + Sync {
     /// Writes the verified plaintext of `page` into `out`; on error `out` holds no plaintext.
     fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError>;
+    /// Fills the consecutive pages `first ..`, one per buffer of `out`, in order (a prefetch
+    /// run). On a failure at `first + i` returns `i` with the error: `out[i]` holds no
+    /// plaintext, `out[..i]` is filled, nothing after `i` was read. A source that can share
+    /// work across a run (a store session: one lock, one cipher lookup) overrides this.
+    fn fill_run(&self, first: u64, out: &mut [[u8; PAGE]]) -> Result<(), (usize, FillError)> {
+        for (i, o) in out.iter_mut().enumerate() {
+            self.fill(first + i as u64, o).map_err(|e| (i, e))?;
+        }
+        Ok(())
+    }
     /// Writable attachments track dirty pages.
     fn writable(&self) -> bool;
     /// The attachment's working copy stands for the CXL expander's device memory (LPMO CF)
@@ -132,8 +142,17 @@ pub trait PageSource: Send + Sync {
     fn page_failed(&self, _page: u64, _error: &FillError, _how: Detected) {}
 }
 
-/// Predicted pages waiting for the prefetch worker; beyond this they are dropped.
+/// Prefetch jobs waiting for the prefetch worker; beyond this they are dropped.
 const PREFETCH_BACKLOG: usize = 4096;
+/// Most pages of one prefetch job: consecutive predicted pages are filled as a run (one
+/// lock and cipher lookup of the store session) and installed with one `UFFDIO_COPY`
+/// (about 1.0 us a page here against 1.6-1.8 us one page at a time), which wakes a thread
+/// waiting on the run once. A run of 64 pages (256 KiB) takes about 120 us; a fault thread
+/// that takes one between faults hands its watch over first. (64 is also the most one
+/// copy reports on: `Uffd::install_pages`.) In a sequential scan, runs of 16 pages gave 0.45x
+/// the throughput of a first-touch scan of anonymous memory here, runs of 64 0.6-0.75x:
+/// the walk waits once per run, and each wait ends in a cross-CPU wake-up.
+const RUN_PAGES: usize = 64;
 
 /// A staged trigger page waits this many later faults of its attachment for
 /// its first access; then it counts as a wasted prediction.
@@ -186,6 +205,10 @@ struct Slice {
     installed: Vec<AtomicU64>,
     /// Pages handed to the prefetch worker and not yet resolved.
     predicted: Vec<AtomicU64>,
+    /// Pages of a queued or running prefetch run: a fault on one leaves it to the run, whose
+    /// install wakes the access (or whose release does, when it does not install the page),
+    /// rather than decrypting the page a second time.
+    filling: Vec<AtomicU64>,
     /// Every page handed to the prefetch worker this session.
     issued: Vec<AtomicU64>,
     /// Pages a demand fault decrypted.
@@ -452,21 +475,21 @@ impl Pager {
 }
 
 impl FaultHandler for Pager {
-    type Scratch = Box<[u8; PAGE]>;
+    type Scratch = prefetch::RunBufs;
 
     fn scratch(&self) -> Self::Scratch {
-        Box::new([0u8; PAGE])
+        prefetch::run_bufs()
     }
 
-    fn handle(&self, fault: Fault, buf: &mut Self::Scratch, watch: &mut Watch<'_>) {
-        self.serve_fault(fault, buf, watch);
+    fn handle(&self, fault: Fault, bufs: &mut Self::Scratch, watch: &mut Watch<'_>) {
+        self.serve_fault(fault, bufs.page(), watch);
     }
 
-    /// Fills one predicted page: a fault thread spinning between faults would otherwise
+    /// Fills one predicted run: a fault thread spinning between faults would otherwise
     /// take the CPU the prefetch worker needs (a walker, the spinner and the worker on two
     /// CPUs left the worker far behind the walk).
-    fn idle(&self, buf: &mut Self::Scratch, watch: &mut Watch<'_>) -> bool {
-        self.prefetch_one(buf, watch)
+    fn idle(&self, bufs: &mut Self::Scratch, watch: &mut Watch<'_>) -> bool {
+        self.prefetch_one(bufs, watch)
     }
 }
 
@@ -485,6 +508,7 @@ mod tier;
 mod window;
 
 pub use budget::TierStats;
+pub use prefetch::RunBufs;
 pub use tier::TierError;
 
 use prefetch::{prefetch_worker, PrefetchQueue};

@@ -5,6 +5,7 @@ use super::*;
 
 mod detach_races;
 mod fault_threads;
+mod runs;
 use std::time::Instant;
 
 /// Page `p` holds bytes `p as u8` with its index in the first 8 bytes.
@@ -175,7 +176,8 @@ fn failed_pages_are_never_installed() {
     // Serve the fault directly (a real thread touching it would get SIGSEGV
     // here; in a VM the vCPU gets EFAULT until the guest driver unmaps the page).
     let addr = pager.host_addr() + off + 3 * PAGE_U64;
-    let mut buf = Box::new([0xaau8; PAGE]);
+    let mut buf = pager.scratch();
+    *buf.page() = [0xaau8; PAGE];
     pager.handle(
         Fault {
             address: addr,
@@ -231,7 +233,8 @@ fn dropping_the_pager_stops_its_threads() {
     let pager = Pager::new(4 * PAGE_U64, 3).unwrap();
     let weak = Arc::downgrade(&pager);
     drop(pager);
-    assert!(weak.upgrade().is_none());
+    // A thread that was just starting may hold it a moment longer (then it drops it itself).
+    wait_for("the pager to be gone", || weak.upgrade().is_none());
 }
 
 /// Attaches `source` over `npages` with the predictor `spec`.
@@ -557,7 +560,7 @@ fn failed_pages_are_reported_and_never_psynced() {
     let src = reporting(3);
     let (off, stats) = pager.attach(src.clone(), 8).unwrap();
     let base = pager.host_addr() + off;
-    let mut buf = Box::new([0u8; PAGE]);
+    let mut buf = pager.scratch();
     // A write fault on the bad page (a vCPU's store): refused, reported once.
     for tid in [1, 2] {
         pager.handle(

@@ -51,6 +51,7 @@ impl Pager {
             dirty: bitmap(npages),
             installed: bitmap(npages),
             predicted: bitmap(npages),
+            filling: bitmap(npages),
             issued: bitmap(npages),
             demand: bitmap(npages),
             bad: bitmap(npages),
@@ -238,7 +239,7 @@ impl Pager {
             if let Some(d) = &slice.digests {
                 let _tier = slice.spilled.locked();
                 for (p, b) in &out {
-                    d.record(*p, b);
+                    d.record(*p, &b[..]);
                 }
             }
             self.spilled_written(&slice, &spilled_pages);
