@@ -197,7 +197,7 @@ impl StoreState {
         let len = len.min(g.journal_len);
         if len > 0 {
             let off = pmo.ext_off + g.journal_rel();
-            self.medium.zero(off, len)?;
+            self.medium.zero_in_place(off, len)?;
             self.medium.persist(off, len)?;
         }
         Ok(())

@@ -83,6 +83,14 @@ pub trait Medium: Send + Sync {
         }
         Ok(())
     }
+    /// Zeroes a range the store writes again soon (the journal area, scrubbed at detach and
+    /// filled by the next psync), keeping its backing storage: on a file, a punched hole
+    /// makes every page of the next psync's journal an allocation (a first psync of a session
+    /// at 0.8 GB/s against 1.5 GB/s for the next, 1024 pages on `/dev/shm`). Not durable
+    /// until persisted. Default: [`Medium::zero`].
+    fn zero_in_place(&self, off: u64, len: u64) -> Result<(), MediumError> {
+        self.zero(off, len)
+    }
     /// The store is about to use `[off, off+len)` as the extent of the PMO in table slot `slot`
     /// (creating it, or found at open before recovery touches it). A medium with inline range
     /// encryption (the CXL expander's TEE) keys that range for this PMO here; others ignore it.
@@ -129,6 +137,9 @@ impl<M: Medium + ?Sized> Medium for std::sync::Arc<M> {
     }
     fn zero(&self, off: u64, len: u64) -> Result<(), MediumError> {
         (**self).zero(off, len)
+    }
+    fn zero_in_place(&self, off: u64, len: u64) -> Result<(), MediumError> {
+        (**self).zero_in_place(off, len)
     }
     fn as_ptr(&self) -> Option<*mut u8> {
         (**self).as_ptr()

@@ -40,6 +40,9 @@ impl<M: Medium> Medium for Part<M> {
     fn zero(&self, off: u64, len: u64) -> Result<(), MediumError> {
         self.inner.zero(self.at(off, len)?, len)
     }
+    fn zero_in_place(&self, off: u64, len: u64) -> Result<(), MediumError> {
+        self.inner.zero_in_place(self.at(off, len)?, len)
+    }
 }
 
 #[cfg(test)]

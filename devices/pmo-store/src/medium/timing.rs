@@ -97,6 +97,9 @@ impl<M: Medium> Medium for TimedMedium<M> {
     fn zero(&self, off: u64, len: u64) -> Result<(), MediumError> {
         self.inner.zero(off, len)
     }
+    fn zero_in_place(&self, off: u64, len: u64) -> Result<(), MediumError> {
+        self.inner.zero_in_place(off, len)
+    }
     // No `as_ptr`: direct access would bypass the timing model.
     fn extent_in_use(&self, slot: u32, off: u64, len: u64) -> Result<(), MediumError> {
         self.inner.extent_in_use(slot, off, len)
