@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::cxl_store::{expander_store, CxlStoreError, ExpanderModel};
-use pmo_store::crypto::{Suite, UserKey, PAGE};
+use pmo_store::crypto::{UserKey, PAGE};
 use pmo_store::{CreateOptions, Design, Perm, Store};
 use pmo_virtio::pager::Pager;
 use pmo_virtio::source::Attachment;
@@ -177,9 +177,10 @@ impl TierEnv {
             &name,
             npages * PAGE as u64,
             &self.key,
+            // The product's PMO: design `d` with its default suite.
             CreateOptions {
                 design: Design::D,
-                suite: Some(Suite::XtsBlake3),
+                suite: None,
                 kdf: None,
             },
         )?;

@@ -327,7 +327,7 @@ impl PmoKeys {
 
     /// Encrypts a page in place without computing its tag (XTS suites; `id` designs).
     pub fn encrypt_page(&self, id: PageId, data: &mut [u8; PAGE]) -> Result<(), CryptoError> {
-        match &*self.cipher(&id.gen)? {
+        match self.held(&id.gen)?.get() {
             PageCipher::Xts(x) => Ok(x.encrypt(self.tweak(&id), data)?),
             PageCipher::RangeKeyed => Ok(()),
             PageCipher::Gcm(_) => Err(CryptoError::Aead),
@@ -345,7 +345,7 @@ impl PmoKeys {
 
     /// Encrypts a page in place and returns its tag.
     pub fn seal_page(&self, id: PageId, data: &mut [u8; PAGE]) -> Result<Tag, CryptoError> {
-        match &*self.cipher(&id.gen)? {
+        match self.held(&id.gen)?.get() {
             PageCipher::Xts(x) => {
                 x.encrypt(self.tweak(&id), data)?;
                 Ok(self.mac(&id, data))

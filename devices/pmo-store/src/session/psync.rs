@@ -22,7 +22,7 @@ impl Attachment {
         let gen = self.gen.ok_or(StoreError::ReadOnly)?;
         let mut cell = self.pmo.lock_rec();
         let epoch = next_epoch(&cell.rec)?;
-        let mut cts: Vec<(u64, Box<[u8; PAGE]>)> = Vec::new();
+        let mut cts = Sealed::with_capacity(pages.size_hint().0);
         let mut leaves = BTreeMap::new();
         let mut kept = Vec::new();
         for (p, plain) in pages {
@@ -32,13 +32,23 @@ impl Attachment {
                 version: epoch,
                 gen,
             };
-            let mut ct = Box::new(*plain);
-            let tag = if defer {
-                self.keys.encrypt_page(id, &mut ct)?;
+            let ct = cts.push(p, plain);
+            let sealed = if defer {
                 kept.push((p, Box::new(*plain)));
-                [0u8; TAG_LEN]
+                self.keys.encrypt_page(id, ct).map(|()| [0u8; TAG_LEN])
             } else {
-                self.keys.seal_page(id, &mut ct)?
+                self.keys.seal_page(id, ct)
+            };
+            let tag = match sealed {
+                Ok(t) => t,
+                Err(e) => {
+                    // The page just copied in may still be plaintext.
+                    wipe(ct);
+                    for (_, mut k) in kept {
+                        wipe(&mut k[..]);
+                    }
+                    return Err(e.into());
+                }
             };
             leaves.insert(
                 p,
@@ -48,9 +58,8 @@ impl Attachment {
                     tag,
                 },
             );
-            cts.push((p, ct));
         }
-        if cts.is_empty() {
+        if cts.pages.is_empty() {
             return Ok(());
         }
         if !defer {
@@ -105,7 +114,7 @@ impl Attachment {
         &self,
         cell: &mut crate::LiveRecord,
         epoch: u64,
-        cts: &[(u64, Box<[u8; PAGE]>)],
+        cts: &Sealed,
         leaves: &BTreeMap<u64, Leaf>,
         pending_after: u64,
     ) -> Result<(), StoreError> {
@@ -119,7 +128,7 @@ impl Attachment {
                 why: e.to_string(),
             })?;
         let jlen = journal::HEADER
-            + cts.len() as u64 * journal::entry_cost(PAGE as u64)
+            + cts.pages.len() as u64 * journal::entry_cost(PAGE as u64)
             + up.groups
                 .values()
                 .map(|g| journal::entry_cost(g.len() as u64))
@@ -134,8 +143,8 @@ impl Attachment {
         self.store.write_rec_keyed(&self.pmo, cell, &self.keys)?;
         let journal_at = self.pmo.ext_off + geo.journal_rel();
         let mut w = JournalWriter::new(m, journal_at, geo.journal_len);
-        let mut entries: Vec<(u64, &[u8])> = Vec::with_capacity(cts.len() + up.groups.len());
-        for (p, ct) in cts {
+        let mut entries: Vec<(u64, &[u8])> = Vec::with_capacity(cts.pages.len() + up.groups.len());
+        for (p, ct) in cts.pages.iter().zip(&cts.bytes) {
             entries.push((p * PAGE as u64, &ct[..]));
         }
         for ((k, g), bytes) in &up.groups {
@@ -145,9 +154,9 @@ impl Attachment {
             ));
         }
         for (i, (dest, data)) in entries.iter().enumerate() {
-            // Pages (the first `cts.len()` entries) are covered by their tags, tree groups by
-            // the journal checksum.
-            w.append(*dest, data, i >= cts.len())?;
+            // Pages (the first `cts.pages.len()` entries) are covered by their tags, tree
+            // groups by the journal checksum.
+            w.append(*dest, data, i >= cts.pages.len())?;
         }
         let (len, sum) = w.finish(epoch)?;
         // TC: the commit point.
@@ -211,8 +220,9 @@ impl Attachment {
         }
         let r = {
             let mut cell = self.pmo.lock_rec();
-            next_epoch(&cell.rec)
-                .and_then(|epoch| self.commit_changes(&mut cell, epoch, &[], &leaves, 0))
+            next_epoch(&cell.rec).and_then(|epoch| {
+                self.commit_changes(&mut cell, epoch, &Sealed::default(), &leaves, 0)
+            })
         };
         match r {
             Ok(()) => {
@@ -273,6 +283,35 @@ impl Attachment {
             return self.store.write_rec_keyed(&self.pmo, cell, &self.keys);
         }
         let epoch = next_epoch(&cell.rec)?;
-        self.commit_changes(cell, epoch, &[], &leaves, 0)
+        self.commit_changes(cell, epoch, &Sealed::default(), &leaves, 0)
+    }
+}
+
+/// The ciphertext pages of one psync, in one buffer: each plaintext page is copied in once and
+/// sealed in place (a `Box` per page cost an allocation and, through the stack, a second
+/// copy).
+#[derive(Default)]
+pub(super) struct Sealed {
+    /// Page indices, in the order of `bytes`.
+    pages: Vec<u64>,
+    /// Their ciphertext.
+    bytes: Vec<[u8; PAGE]>,
+}
+
+impl Sealed {
+    fn with_capacity(pages: usize) -> Self {
+        Sealed {
+            pages: Vec::with_capacity(pages),
+            bytes: Vec::with_capacity(pages),
+        }
+    }
+
+    /// Appends a copy of `plain` as page `page` and returns it, to be sealed in place.
+    fn push(&mut self, page: u64, plain: &[u8; PAGE]) -> &mut [u8; PAGE] {
+        let i = self.bytes.len();
+        // `extend_from_slice` copies straight into the vector's spare room.
+        self.bytes.extend_from_slice(std::slice::from_ref(plain));
+        self.pages.push(page);
+        &mut self.bytes[i]
     }
 }
