@@ -250,15 +250,15 @@ fn items(a: &Args) -> Result<Vec<Item>, CliError> {
 /// The cell a result belongs to: (workload, threads, integrity, design) indices.
 type Key = (usize, usize, bool, usize);
 
-/// The run whose total is the median of `runs` (the lower one of an even count), and the
-/// shortest and longest totals.
-fn median(mut runs: Vec<CellResult>) -> Option<(CellResult, (u64, u64), usize)> {
+/// The run whose total is the median of `runs` (the lower one of an even count), and every
+/// run's total in round order.
+fn median(mut runs: Vec<CellResult>) -> Option<(CellResult, Vec<u64>)> {
+    let totals = runs.iter().map(|r| r.breakdown.total_ns()).collect();
     runs.sort_by_key(|r| r.breakdown.total_ns());
     let n = runs.len();
-    let lo = runs.first()?.breakdown.total_ns();
-    let hi = runs.last()?.breakdown.total_ns();
+    runs.first()?;
     let mid = runs.swap_remove((n - 1) / 2);
-    Some((mid, (lo, hi), n))
+    Some((mid, totals))
 }
 
 fn run(a: &Args) -> Result<Report, CliError> {
@@ -448,9 +448,9 @@ fn run(a: &Args) -> Result<Report, CliError> {
                     .map(|c| c.0.sessions.clone());
                 for (si, spec) in specs.iter().enumerate() {
                     let cell = std::mem::replace(&mut cells[si], Err(String::new()));
-                    let (r, spread, n, error) = match cell {
-                        Ok((r, spread, n)) => (r, Some(spread), n, None),
-                        Err(e) => (CellResult::default(), None, 0, Some(e)),
+                    let (r, round_totals, error) = match cell {
+                        Ok((r, totals)) => (r, totals, None),
+                        Err(e) => (CellResult::default(), Vec::new(), Some(e)),
                     };
                     let quality = match (spec.predictor, &reference, &error) {
                         (Some(_), Some(refs), None) if exact => {
@@ -469,8 +469,7 @@ fn run(a: &Args) -> Result<Report, CliError> {
                         quality,
                         error,
                         group: item.group(),
-                        spread,
-                        runs: n,
+                        round_totals,
                     });
                 }
             }
