@@ -594,15 +594,18 @@ mod tests {
             pc[0], pc[2],
             "paper suite: same plaintext in two versions leaks"
         );
-        let oc: Vec<_> = ids(&ours).into_iter().map(|id| enc(&ours, id)).collect();
-        assert_ne!(oc[0], oc[1]);
-        assert_ne!(oc[0], oc[2]);
-        assert_ne!(oc[1], oc[2]);
-        // Not even a single 16-byte block repeats across the three pages.
-        let mut blocks = std::collections::HashSet::new();
-        for p in &oc {
-            for b in p.chunks(16) {
-                assert!(blocks.insert(b.to_vec()));
+        // Both of our suites (the default `aes-gcm` and `xts-blake3`).
+        for ours in [ours, keys(Suite::AesGcm)] {
+            let oc: Vec<_> = ids(&ours).into_iter().map(|id| enc(&ours, id)).collect();
+            assert_ne!(oc[0], oc[1]);
+            assert_ne!(oc[0], oc[2]);
+            assert_ne!(oc[1], oc[2]);
+            // Not even a single 16-byte block repeats across the three pages.
+            let mut blocks = std::collections::HashSet::new();
+            for p in &oc {
+                for b in p.chunks(16) {
+                    assert!(blocks.insert(b.to_vec()), "{:?}", ours.params.suite);
+                }
             }
         }
     }
