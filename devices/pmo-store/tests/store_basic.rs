@@ -372,6 +372,63 @@ fn id_designs_defer_tags_to_detach_and_recover_after_power_loss() {
     }
 }
 
+/// BP re-encrypts at detach exactly the pages the session read from the medium, whether
+/// they came one at a time (a demand fault) or in a run (a prefetch), and none of the pages a
+/// run served from the session's pending shadow.
+#[test]
+fn bp_reencrypts_exactly_the_pages_its_faults_and_runs_read() {
+    for design in [Design::BpIp, Design::BpId] {
+        let (m, s, k) = fresh_with_pmo("a", 8, design);
+        let w = s.attach("a", Perm::Write, &k).unwrap();
+        let v1: Vec<_> = (0..8).map(|p| page_of(1, p)).collect();
+        w.psync(v1.iter().enumerate().map(|(p, d)| (p as u64, d)))
+            .unwrap();
+        w.detach().wait().unwrap();
+        let ext = s.list()[0].extent.0;
+        let version = |p: u64| {
+            let at = (ext + 8 * PAGE as u64 + p * 40) as usize;
+            u64::from_le_bytes(m.snapshot()[at..at + 8].try_into().unwrap())
+        };
+        let before: Vec<u64> = (0..8).map(version).collect();
+        let w = s.attach("a", Perm::Write, &k).unwrap();
+        // Page 3 psynced in this session: for `bp-id` its run read serves the shadow.
+        w.psync([(3u64, &page_of(2, 3))]).unwrap();
+        let after_psync: Vec<u64> = (0..8).map(version).collect();
+        let mut run = vec![[0u8; PAGE]; 4];
+        w.fault_run(2, &mut run).unwrap();
+        assert_eq!(run[0], page_of(1, 2));
+        assert_eq!(run[1], page_of(2, 3));
+        let mut one = [0u8; PAGE];
+        w.fault(7, &mut one).unwrap();
+        w.detach().wait().unwrap();
+        let read: &[u64] = if design == Design::BpId {
+            &[2, 4, 5, 7]
+        } else {
+            &[2, 3, 4, 5, 7]
+        };
+        for p in 0..8u64 {
+            let v = version(p);
+            if read.contains(&p) {
+                assert!(
+                    v > after_psync[p as usize],
+                    "{design:?}: page {p} re-encrypted"
+                );
+            } else {
+                assert_eq!(
+                    v, after_psync[p as usize],
+                    "{design:?}: page {p} left alone"
+                );
+            }
+        }
+        assert!(version(0) == before[0]);
+        let r = s.attach("a", Perm::Read, &k).unwrap();
+        r.fault(3, &mut one).unwrap();
+        assert_eq!(one, page_of(2, 3));
+        drop(r);
+        assert!(s.fsck().problems.is_empty());
+    }
+}
+
 #[test]
 fn the_store_file_at_rest_holds_no_plaintext_or_key() {
     use pmo_store::medium::{FileMedium, Medium};

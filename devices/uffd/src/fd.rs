@@ -278,7 +278,13 @@ impl Uffd {
                 // A partial copy (the next page exists), or the address space was changing.
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => std::hint::spin_loop(),
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-                    self.wake(dst + (done * page) as u64, PAGE_SIZE)?;
+                    // Whoever installed it woke its waiters; wake any that came since.
+                    if let Err(e) = self.wake(dst + (done * page) as u64, PAGE_SIZE) {
+                        if installed == 0 {
+                            return Err(e);
+                        }
+                        log::error!("userfaultfd: wake at {dst:#x}: {e}");
+                    }
                     done += 1;
                 }
                 // Pages already placed stay placed: report them, and the error only if

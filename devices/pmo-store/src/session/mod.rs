@@ -261,7 +261,9 @@ impl Session {
         let mut cache = RunCache::default();
         // `wedi` copies from its attach-time plaintext and touches no primary.
         let _io = c.plain.is_none().then(|| c.io.read_locked());
-        let mut filled = 0u64;
+        // BP re-encrypts at detach the pages read from the medium.
+        let track = c.design.reencrypt_touched_at_detach();
+        let mut touched = Vec::new();
         let mut result = Ok(());
         for (i, o) in out.iter_mut().enumerate() {
             let page = match first.checked_add(i as u64).filter(|p| *p < npages) {
@@ -290,10 +292,12 @@ impl Session {
                 result = Err((i, e));
                 break;
             }
-            filled += 1;
+            if track {
+                touched.push(page);
+            }
         }
-        if filled > 0 && c.design.reencrypt_touched_at_detach() {
-            c.touched.locked().extend(first..first + filled);
+        if !touched.is_empty() {
+            c.touched.locked().extend(touched);
         }
         result
     }
