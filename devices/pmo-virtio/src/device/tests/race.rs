@@ -442,7 +442,8 @@ fn race_hostile(r: &Race, seed: u64, ops: u64) -> Result<(), String> {
 }
 
 /// The race test's service configuration: a small window (ranges are reused all the time, and
-/// ATTACH sees ENOMEM) and a predictor.
+/// ATTACH sees ENOMEM) and a predictor deep enough that its predictions go out as runs of
+/// several pages, which faults of the toucher and the users then wait on.
 fn race_config(dir: &Path) -> PmoDeviceConfig {
     PmoDeviceConfig {
         store: dir.join("store.img"),
@@ -451,7 +452,7 @@ fn race_config(dir: &Path) -> PmoDeviceConfig {
         window_size: 40 * RACE_PAGE,
         fault_threads: 2,
         test_kill_in_psync: None,
-        predictor: Some("stream:2".into()),
+        predictor: Some("stream:8".into()),
         store_options: fast_store(),
         dram_budget: None,
         device_memory_latency_ns: 0,
