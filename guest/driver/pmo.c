@@ -762,10 +762,15 @@ static const struct file_operations pmo_fops = {
 	.llseek = no_llseek,
 };
 
-/* PAGE_POISONED, PAGE_BAD: no process may map that page again (SIGBUS instead). */
+/*
+ * PAGE_POISONED, PAGE_BAD: no process may map that page again (SIGBUS instead).
+ * The page is counted only once it is unmapped: a process that sees the count
+ * in PMO_IOC_STAT can no longer reach the page through a PTE mapped before.
+ */
 static void pmo_poison(struct pmo_dev *pd, u64 handle, u64 page)
 {
 	struct pmo_file *pf;
+	bool fresh;
 
 	mutex_lock(&pd->att_lock);
 	list_for_each_entry(pf, &pd->attachments, node) {
@@ -777,12 +782,13 @@ static void pmo_poison(struct pmo_dev *pd, u64 handle, u64 page)
 			break;
 		}
 		down_write(&pf->map_sem);
-		if (!xa_load(&pf->poisoned, page) &&
-		    !xa_err(xa_store(&pf->poisoned, page, xa_mk_value(1),
-				     GFP_KERNEL)))
-			atomic_inc(&pf->npoisoned);
+		fresh = !xa_load(&pf->poisoned, page) &&
+			!xa_err(xa_store(&pf->poisoned, page, xa_mk_value(1),
+					 GFP_KERNEL));
 		up_write(&pf->map_sem);
 		pmo_zap(pf, pf->win_off + (page << PAGE_SHIFT), PAGE_SIZE);
+		if (fresh)
+			atomic_inc(&pf->npoisoned);
 		break;
 	}
 	mutex_unlock(&pd->att_lock);
