@@ -28,11 +28,14 @@ use pmo_store::medium::{FileMedium, Medium, PmTiming, TimedMedium};
 use pmo_store::{
     CreateOptions, Design, DetachHandle, Perm, Session, Store, StoreError, StoreOptions,
 };
-use pmo_virtio::pager::{Pager, PagerError, SliceStats};
+use pmo_virtio::pager::{Pager, PagerError};
 use pmo_virtio::source::{Attachment, AttachmentError};
 use pmo_virtio::working::{WorkingCopy, WorkingError};
 
 use crate::workloads::{PlainMem, Workload, WorkloadError};
+
+mod breakdown;
+pub use breakdown::{Breakdown, CellResult, EstCounters, SessionPages};
 
 /// Errors of a harness run.
 #[derive(Debug, thiserror::Error)]
@@ -154,116 +157,6 @@ pub struct RunParams {
     pub cadence: u64,
     /// Psyncs per attach session (0: never detach until the end).
     pub session: u64,
-}
-
-/// Time of one run by component, in nanoseconds, plus counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Breakdown {
-    /// `Store::attach_with` + pager slice + predictor (the papers' "A Other").
-    pub attach_ns: u64,
-    /// Waiting for the previous background detach before attaching (the papers' "A Stall").
-    pub stall_ns: u64,
-    /// The iterations on the window: compute plus every fault they take.
-    pub workload_ns: u64,
-    /// Dirty-page collection plus `Session::psync`.
-    pub psync_ns: u64,
-    /// Pager detach plus the nonblocking `Session::detach` call.
-    pub detach_ns: u64,
-    /// Creating and destroying PMOs during the run (the applications' files; 0 for the
-    /// microbenchmarks, whose PMO is made before the run).
-    pub create_ns: u64,
-    /// Attach sessions in the run.
-    pub sessions: u64,
-    /// Psyncs in the run.
-    pub psyncs: u64,
-    /// Dirty pages all psyncs wrote (what psync time scales with).
-    pub psync_pages: u64,
-    /// Demand faults the pager served (all sessions).
-    pub faults: u64,
-    /// Demand faults on pages predicted but not yet installed.
-    pub late: u64,
-    /// Write-protect faults: first writes to pages installed read-only for dirty tracking
-    /// (demand-read and prefetched pages); each is a uffd round trip without crypto.
-    pub wp_faults: u64,
-    /// The pager's own prediction counters, summed over sessions (for its estimate).
-    pub est: EstCounters,
-    /// Time the pager's fault threads spent serving the demand faults (`SliceStats::
-    /// fault_ns_total`): the part of "fault" spent in the fill and install, without the
-    /// faulting thread's wait for a fault thread to pick the fault up.
-    pub fault_service_ns: u64,
-}
-
-/// The `SliceStats` counters behind `SliceStats::estimate`, summed over a run's sessions, so the
-/// report can set the pager's estimate next to the exact metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EstCounters {
-    /// `SliceStats::pages_prefetched`.
-    pub pages_prefetched: u64,
-    /// `SliceStats::trigger_hits`.
-    pub trigger_hits: u64,
-    /// `SliceStats::trigger_wasted`.
-    pub trigger_wasted: u64,
-    /// `SliceStats::prefetch_late`.
-    pub prefetch_late: u64,
-    /// `SliceStats::demand_unpredicted`.
-    pub demand_unpredicted: u64,
-}
-
-impl EstCounters {
-    fn add(&mut self, s: &SliceStats) {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.pages_prefetched += s.pages_prefetched.load(Relaxed);
-        self.trigger_hits += s.trigger_hits.load(Relaxed);
-        self.trigger_wasted += s.trigger_wasted.load(Relaxed);
-        self.prefetch_late += s.prefetch_late.load(Relaxed);
-        self.demand_unpredicted += s.demand_unpredicted.load(Relaxed);
-    }
-
-    /// The pager's estimate of accuracy, coverage and timeliness from these counters.
-    pub fn estimate(&self) -> pmo_virtio::pager::PredictionEstimate {
-        pmo_virtio::pager::PredictionCounts {
-            pages_prefetched: self.pages_prefetched,
-            trigger_hits: self.trigger_hits,
-            trigger_wasted: self.trigger_wasted,
-            prefetch_late: self.prefetch_late,
-            demand_unpredicted: self.demand_unpredicted,
-        }
-        .estimate()
-    }
-}
-
-impl Breakdown {
-    /// Everything but compute: what the run cost end to end.
-    pub fn total_ns(&self) -> u64 {
-        self.attach_ns
-            + self.stall_ns
-            + self.workload_ns
-            + self.psync_ns
-            + self.detach_ns
-            + self.create_ns
-    }
-}
-
-/// What one session's pages did (from `Pager::page_sets`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SessionPages {
-    /// Pages a demand fault decrypted.
-    pub demand: Vec<u64>,
-    /// Pages handed to the prefetch worker.
-    pub prefetched: Vec<u64>,
-    /// Demand faults on predicted pages not installed yet.
-    pub late: u64,
-}
-
-/// Result of one cell.
-#[derive(Debug, Clone, Default)]
-pub struct CellResult {
-    /// Where the time went.
-    pub breakdown: Breakdown,
-    /// Per session, for the exact prediction metrics.
-    pub sessions: Vec<SessionPages>,
-    /// Checksum of the psynced result (equal to the plain-memory run's, or the cell failed).
-    pub checksum: u64,
 }
 
 /// Where the PMOs live: one store on a temporary file, or on an emulated CXL expander whose
@@ -713,135 +606,4 @@ fn detach(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_tiny_cell_runs_through_the_pager_and_matches_plain_memory() {
-        let w = Workload::Lu { n: 40 };
-        let (_, want) = run_plain(&w, 2).unwrap();
-        let mut env = Env::new(w.pmo_bytes(), false).unwrap();
-        let p = RunParams {
-            threads: 2,
-            cadence: 8,
-            session: 2,
-        };
-        for spec in design_specs() {
-            for integrity in [false, true] {
-                let r = run_cell(&mut env, &w, &spec, integrity, p, want).unwrap();
-                assert_eq!(r.checksum, want);
-                // 39 iterations, a psync every 8 and after the last: 5 psyncs, 3 sessions.
-                assert_eq!(r.breakdown.psyncs, 5, "{}", spec.label);
-                assert_eq!(r.breakdown.sessions, 3, "{}", spec.label);
-                assert_eq!(r.sessions.len(), 3);
-                assert!(r.breakdown.psync_pages > 0);
-            }
-        }
-    }
-
-    /// LPMO's CXL columns: the file designs on the file store, the CXL designs on a real
-    /// expander store (design `c` in its working area, touched directly); every cell's
-    /// psynced result matches plain memory, the CXL designs have no run without integrity,
-    /// and a CXL design is refused on the file store.
-    #[test]
-    fn the_cxl_figure_runs_each_design_on_its_store() {
-        let w = Workload::Lu { n: 40 };
-        let (_, want) = run_plain(&w, 1).unwrap();
-        let mut file = Env::new(w.pmo_bytes(), false).unwrap();
-        let model = crate::cxl_store::ExpanderModel {
-            cache: 4 << 20,
-            media_latency_ns: 0,
-        };
-        let mut cxl = Env::on_cxl(
-            3 * w.pmo_bytes() as u64 + (32 << 20),
-            64,
-            model,
-            0,
-            w.pmo_bytes() as u64,
-        )
-        .unwrap();
-        let p = RunParams {
-            threads: 1,
-            cadence: 8,
-            session: 2,
-        };
-        let specs = cxl_design_specs();
-        let labels: std::collections::HashSet<_> = specs.iter().map(|(s, _)| s.label).collect();
-        assert_eq!(labels.len(), specs.len(), "labels are unique");
-        for (spec, on_cxl) in &specs {
-            assert_eq!(
-                *on_cxl,
-                spec.design.needs_range_encryption(),
-                "{}",
-                spec.label
-            );
-            let env = if *on_cxl { &mut cxl } else { &mut file };
-            let r = run_cell(env, &w, spec, true, p, want).unwrap();
-            assert_eq!(r.checksum, want, "{}", spec.label);
-            if spec.design == Design::C {
-                // Its working copy is the expander's memory: no pager fault at all.
-                assert_eq!(r.breakdown.faults, 0, "{}", spec.label);
-                assert!(r.breakdown.psync_pages > 0, "{}", spec.label);
-            } else {
-                assert!(r.breakdown.faults > 0, "{}", spec.label);
-            }
-            if *on_cxl {
-                assert!(matches!(
-                    run_cell(&mut cxl, &w, spec, false, p, want),
-                    Err(EngineError::NoIntegrityOff(_))
-                ));
-                assert!(matches!(
-                    run_cell(&mut file, &w, spec, true, p, want),
-                    Err(EngineError::Store(StoreError::NeedsRangeEncryption { .. }))
-                ));
-            }
-        }
-    }
-
-    #[test]
-    fn stream_prefetch_covers_a_sequential_scan_and_metrics_are_ratios() {
-        let w = Workload::Seq {
-            pages: 512,
-            seg: 64,
-            passes: 2,
-        };
-        let (_, want) = run_plain(&w, 1).unwrap();
-        let mut env = Env::new(w.pmo_bytes(), false).unwrap();
-        let p = RunParams {
-            threads: 1,
-            cadence: 2,
-            session: 2,
-        };
-        let specs = design_specs();
-        let d = specs.iter().find(|s| s.label == "d").unwrap();
-        let d8 = specs.iter().find(|s| s.label == "d8").unwrap();
-        let none = run_cell(&mut env, &w, d, true, p, want).unwrap();
-        // Under `d` every used page is a demand fault and nothing is prefetched.
-        assert!(none.sessions.iter().all(|s| s.prefetched.is_empty()));
-        assert!(none.breakdown.faults >= 512);
-        let run = run_cell(&mut env, &w, d8, true, p, want).unwrap();
-        let m = crate::metrics::exact(&none.sessions, &run.sessions).unwrap();
-        for r in [m.accuracy(), m.coverage(), m.timeliness()] {
-            let r = r.unwrap();
-            assert!((0.0..=1.0).contains(&r), "{m:?}");
-        }
-        assert!(m.coverage().unwrap() > 0.5, "{m:?}");
-    }
-
-    #[test]
-    fn a_wrong_reference_fails_the_cell() {
-        let w = Workload::Gauss { n: 16 };
-        let (_, want) = run_plain(&w, 1).unwrap();
-        let mut env = Env::new(w.pmo_bytes(), false).unwrap();
-        let p = RunParams {
-            threads: 1,
-            cadence: 4,
-            session: 1,
-        };
-        let spec = &design_specs()[2];
-        assert!(matches!(
-            run_cell(&mut env, &w, spec, true, p, want ^ 1),
-            Err(EngineError::Mismatch { .. })
-        ));
-    }
-}
+mod tests;

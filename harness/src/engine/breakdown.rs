@@ -1,0 +1,114 @@
+//! What a cell measured: its time by component, the pager's prediction counters and the pages
+//! of each session.
+
+use pmo_virtio::pager::SliceStats;
+
+/// Time of one run by component, in nanoseconds, plus counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Breakdown {
+    /// `Store::attach_with` + pager slice + predictor (the papers' "A Other").
+    pub attach_ns: u64,
+    /// Waiting for the previous background detach before attaching (the papers' "A Stall").
+    pub stall_ns: u64,
+    /// The iterations on the window: compute plus every fault they take.
+    pub workload_ns: u64,
+    /// Dirty-page collection plus `Session::psync`.
+    pub psync_ns: u64,
+    /// Pager detach plus the nonblocking `Session::detach` call.
+    pub detach_ns: u64,
+    /// Creating and destroying PMOs during the run (the applications' files; 0 for the
+    /// microbenchmarks, whose PMO is made before the run).
+    pub create_ns: u64,
+    /// Attach sessions in the run.
+    pub sessions: u64,
+    /// Psyncs in the run.
+    pub psyncs: u64,
+    /// Dirty pages all psyncs wrote (what psync time scales with).
+    pub psync_pages: u64,
+    /// Demand faults the pager served (all sessions).
+    pub faults: u64,
+    /// Demand faults on pages predicted but not yet installed.
+    pub late: u64,
+    /// Write-protect faults: first writes to pages installed read-only for dirty tracking
+    /// (demand-read and prefetched pages); each is a uffd round trip without crypto.
+    pub wp_faults: u64,
+    /// The pager's own prediction counters, summed over sessions (for its estimate).
+    pub est: EstCounters,
+    /// Time the pager's fault threads spent serving the demand faults (`SliceStats::
+    /// fault_ns_total`): the part of "fault" spent in the fill and install, without the
+    /// faulting thread's wait for a fault thread to pick the fault up.
+    pub fault_service_ns: u64,
+}
+
+/// The `SliceStats` counters behind `SliceStats::estimate`, summed over a run's sessions, so the
+/// report can set the pager's estimate next to the exact metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EstCounters {
+    /// `SliceStats::pages_prefetched`.
+    pub pages_prefetched: u64,
+    /// `SliceStats::trigger_hits`.
+    pub trigger_hits: u64,
+    /// `SliceStats::trigger_wasted`.
+    pub trigger_wasted: u64,
+    /// `SliceStats::prefetch_late`.
+    pub prefetch_late: u64,
+    /// `SliceStats::demand_unpredicted`.
+    pub demand_unpredicted: u64,
+}
+
+impl EstCounters {
+    pub(super) fn add(&mut self, s: &SliceStats) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.pages_prefetched += s.pages_prefetched.load(Relaxed);
+        self.trigger_hits += s.trigger_hits.load(Relaxed);
+        self.trigger_wasted += s.trigger_wasted.load(Relaxed);
+        self.prefetch_late += s.prefetch_late.load(Relaxed);
+        self.demand_unpredicted += s.demand_unpredicted.load(Relaxed);
+    }
+
+    /// The pager's estimate of accuracy, coverage and timeliness from these counters.
+    pub fn estimate(&self) -> pmo_virtio::pager::PredictionEstimate {
+        pmo_virtio::pager::PredictionCounts {
+            pages_prefetched: self.pages_prefetched,
+            trigger_hits: self.trigger_hits,
+            trigger_wasted: self.trigger_wasted,
+            prefetch_late: self.prefetch_late,
+            demand_unpredicted: self.demand_unpredicted,
+        }
+        .estimate()
+    }
+}
+
+impl Breakdown {
+    /// Everything but compute: what the run cost end to end.
+    pub fn total_ns(&self) -> u64 {
+        self.attach_ns
+            + self.stall_ns
+            + self.workload_ns
+            + self.psync_ns
+            + self.detach_ns
+            + self.create_ns
+    }
+}
+
+/// What one session's pages did (from `Pager::page_sets`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionPages {
+    /// Pages a demand fault decrypted.
+    pub demand: Vec<u64>,
+    /// Pages handed to the prefetch worker.
+    pub prefetched: Vec<u64>,
+    /// Demand faults on predicted pages not installed yet.
+    pub late: u64,
+}
+
+/// Result of one cell.
+#[derive(Debug, Clone, Default)]
+pub struct CellResult {
+    /// Where the time went.
+    pub breakdown: Breakdown,
+    /// Per session, for the exact prediction metrics.
+    pub sessions: Vec<SessionPages>,
+    /// Checksum of the psynced result (equal to the plain-memory run's, or the cell failed).
+    pub checksum: u64,
+}
