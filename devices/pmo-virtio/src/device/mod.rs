@@ -405,6 +405,7 @@ impl QueueHandler for Handler {
 }
 
 mod direct;
+mod page_events;
 mod service;
 
 pub use service::PmoService;
