@@ -49,19 +49,42 @@ scripts/checkpatch.sh
 step "pmovmm (release; the VM tests run it)"
 cargo build --release -p pmovmm
 
-step "cargo test: unit tests, host-side device tests, VM tests (and the fuzz target bodies as seeded loops)"
-cargo test --workspace --exclude pmo-harness
+step "cargo test: unit tests and host-side device tests (the fuzz target bodies as seeded loops)"
+cargo test --workspace --exclude pmo-harness --exclude pmo-integration
 
-step "cargo test: the design-comparison harness (with the no-MAC benchmark suite)"
-cargo test -p pmo-harness
+# The VM tests keep one CPU busy (the nested test host is one QEMU-TCG vCPU; VM runs take a
+# lock, so only one runs at a time) and leave the other mostly idle. The harness's tests and the
+# fuzz targets, which need no VM, run on it meanwhile, niced so the test host keeps its CPU;
+# their output follows the VM tests'.
+lane_log=target/test-logs/harness-and-fuzz.log
+mkdir -p "$(dirname "$lane_log")"
+step "in the background (log: $lane_log): the design-comparison harness's tests, then the fuzz targets"
+(
+    set -euo pipefail
+    step "cargo test: the design-comparison harness (with the no-MAC benchmark suite)"
+    nice -n 10 cargo test -p pmo-harness
+    # The same fuzz target bodies, coverage-guided under libFuzzer + ASan, when a
+    # nightly toolchain is here (cargo-fuzz needs one); docs/fuzzing.md.
+    if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+        step "fuzz targets: 20 s each (scripts/fuzz.sh)"
+        scripts/fuzz.sh 20
+    else
+        step "fuzz targets: no nightly toolchain; their bodies ran only as cargo test's seeded loops (fuzz/targets/tests/loops.rs)"
+    fi
+) >"$lane_log" 2>&1 &
+lane=$!
 
-# The same fuzz target bodies, coverage-guided under libFuzzer + ASan, when a
-# nightly toolchain is here (cargo-fuzz needs one); docs/fuzzing.md.
-if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
-    step "fuzz targets: 20 s each (scripts/fuzz.sh)"
-    scripts/fuzz.sh 20
-else
-    step "fuzz targets: no nightly toolchain; their bodies ran only as cargo test's seeded loops (fuzz/targets/tests/loops.rs)"
+step "cargo test: the VM tests and the rest of pmo-integration"
+vm_rc=0
+cargo test -p pmo-integration || vm_rc=$?
+
+lane_rc=0
+wait "$lane" || lane_rc=$?
+step "the background part's output ($lane_log)"
+cat "$lane_log"
+if ((vm_rc != 0 || lane_rc != 0)); then
+    printf '\ntest.sh: FAILED (VM tests exit %s; harness tests and fuzzing exit %s)\n' "$vm_rc" "$lane_rc"
+    exit 1
 fi
 
 printf '\ntest.sh: all tests passed in %ss\n' "$(($(date +%s) - start))"
