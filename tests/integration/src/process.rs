@@ -26,6 +26,9 @@ pub(crate) struct Captured {
     pub timed_out: bool,
     /// Killed because stdout stayed silent for the quiet limit (a hung test host).
     pub went_quiet: bool,
+    /// Killed because it had not exited the grace time after its done line (see
+    /// [`Limits::done`]): its output is complete, it only failed to end.
+    pub killed_when_done: bool,
     pub stdout: Vec<Line>,
     pub stderr: Vec<Line>,
     pub elapsed: Duration,
@@ -135,11 +138,20 @@ fn create_log(path: &Path) -> Result<File> {
 pub(crate) struct Limits {
     pub total: Duration,
     pub quiet: Option<Duration>,
+    /// A stdout line starting with this prefix says the child's work is done and it is about
+    /// to exit; if it is still running the given time after that line, it is killed and its
+    /// run counts as complete. (Nested QEMU-TCG has been seen to hang after its guest powered
+    /// off: without this, that cost the quiet limit and a rerun of the whole test host.)
+    pub done: Option<(&'static str, Duration)>,
 }
 
 impl From<Duration> for Limits {
     fn from(total: Duration) -> Self {
-        Limits { total, quiet: None }
+        Limits {
+            total,
+            quiet: None,
+            done: None,
+        }
     }
 }
 
@@ -193,9 +205,14 @@ pub(crate) fn run_logged_with(
     if let Some(s) = child.stderr.take() {
         readers.push(reader(s, Some(err_log), err.clone(), start, prefix, None));
     }
-    let silence = limits.quiet.map(|q| (q, &*out));
-    let (status, timed_out, went_quiet) =
-        wait_deadline(&mut child, start, start + limits.total, silence)?;
+    let watch = Watch {
+        start,
+        deadline: start + limits.total,
+        quiet: limits.quiet,
+        done: limits.done,
+        lines: &out,
+    };
+    let end = watch.wait(&mut child)?;
     let elapsed = start.elapsed();
     for r in readers {
         // A reader only ends at EOF; a panic in it would only lose log lines.
@@ -207,44 +224,86 @@ pub(crate) fn run_logged_with(
             .unwrap_or_default()
     };
     Ok(Captured {
-        status,
-        timed_out,
-        went_quiet,
+        status: end.status,
+        timed_out: end.timed_out,
+        went_quiet: end.went_quiet,
+        killed_when_done: end.killed_when_done,
         stdout: take(out),
         stderr: take(err),
         elapsed,
     })
 }
 
-/// Waits for `child` until `deadline`, or until the lines in `silence` stop growing for its
-/// duration; kills it then. Returns (status, timed out, went quiet).
-fn wait_deadline(
-    child: &mut Child,
+/// What ended a child's wait.
+#[derive(Debug, Default)]
+struct End {
+    status: Option<ExitStatus>,
+    timed_out: bool,
+    went_quiet: bool,
+    killed_when_done: bool,
+}
+
+/// The limits of one wait and the stdout lines they look at.
+struct Watch<'a> {
     start: Instant,
     deadline: Instant,
-    silence: Option<(Duration, &Mutex<Vec<Line>>)>,
-) -> Result<(Option<ExitStatus>, bool, bool)> {
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Ok((Some(status), false, false)),
-            Ok(None) => {}
-            Err(e) => return Err(RunnerError::io("wait for child", e)),
+    quiet: Option<Duration>,
+    done: Option<(&'static str, Duration)>,
+    lines: &'a Mutex<Vec<Line>>,
+}
+
+impl Watch<'_> {
+    /// Waits for `child` until it exits, the deadline passes, stdout stays silent for the
+    /// quiet limit, or the done grace runs out; kills it in the last three cases.
+    fn wait(&self, child: &mut Child) -> Result<End> {
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    return Ok(End {
+                        status: Some(status),
+                        ..End::default()
+                    })
+                }
+                Ok(None) => {}
+                Err(e) => return Err(RunnerError::io("wait for child", e)),
+            }
+            let (last, done_at) = self.scan();
+            let now = self.start.elapsed();
+            let went_quiet = self.quiet.is_some_and(|q| now.saturating_sub(last) >= q);
+            let killed_when_done = self
+                .done
+                .zip(done_at)
+                .is_some_and(|((_, grace), at)| now.saturating_sub(at) >= grace);
+            let timed_out = Instant::now() >= self.deadline;
+            if went_quiet || killed_when_done || timed_out {
+                // Already exited in between is fine; the wait below reaps it either way.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Ok(End {
+                    status: None,
+                    // A child past its done line finished its work: not a timeout.
+                    timed_out: !killed_when_done,
+                    went_quiet: went_quiet && !killed_when_done,
+                    killed_when_done,
+                });
+            }
+            thread::sleep(Duration::from_millis(50));
         }
-        let quiet = silence.is_some_and(|(limit, lines)| {
-            let last = lines
-                .lock()
-                .ok()
-                .and_then(|v| v.last().map(|l| l.at))
-                .unwrap_or_default();
-            start.elapsed().saturating_sub(last) >= limit
+    }
+
+    /// When the last stdout line came, and when the done line did (if it did).
+    fn scan(&self) -> (Duration, Option<Duration>) {
+        let Ok(v) = self.lines.lock() else {
+            return (Duration::ZERO, None);
+        };
+        let last = v.last().map(|l| l.at).unwrap_or_default();
+        let done_at = self.done.and_then(|(prefix, _)| {
+            v.iter()
+                .rev()
+                .find(|l| l.text.starts_with(prefix))
+                .map(|l| l.at)
         });
-        if quiet || Instant::now() >= deadline {
-            // Already exited in between is fine; the wait below reaps it either way.
-            let _ = child.kill();
-            let _ = child.wait();
-            return Ok((None, true, quiet));
-        }
-        thread::sleep(Duration::from_millis(50));
+        (last, done_at)
     }
 }
 
@@ -297,6 +356,7 @@ mod tests {
                 Limits {
                     total: Duration::from_secs(300),
                     quiet: Some(Duration::from_secs(2)),
+                    done: None,
                 },
                 &dir.join("out"),
                 &dir.join("err"),
@@ -314,6 +374,43 @@ mod tests {
         assert!(!busy.timed_out && !busy.went_quiet);
         assert!(busy.status.is_some_and(|s| s.success()));
         assert_eq!(busy.stdout.len(), 8);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A child that prints its done line and then does not exit is killed after the grace
+    /// time, and its run counts as complete (not a timeout); one that exits by itself after
+    /// its done line is not killed.
+    #[test]
+    fn a_child_that_hangs_after_its_done_line_is_ended_as_complete() {
+        let dir = std::env::temp_dir().join(format!("pmo-done-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let run = |script: &str| {
+            let mut cmd = Command::new("sh");
+            cmd.args(["-c", script]);
+            run_logged_with(
+                cmd,
+                Limits {
+                    total: Duration::from_secs(300),
+                    quiet: Some(Duration::from_secs(200)),
+                    done: Some(("@@DONE", Duration::from_secs(1))),
+                },
+                &dir.join("out"),
+                &dir.join("err"),
+                "",
+                None,
+            )
+            .unwrap()
+        };
+        let hung = run("echo work; echo '@@DONE uptime=1'; exec sleep 600");
+        assert!(hung.killed_when_done, "{hung:?}");
+        assert!(!hung.timed_out && !hung.went_quiet);
+        assert!(hung.elapsed < Duration::from_secs(60), "{:?}", hung.elapsed);
+        assert_eq!(hung.stdout.len(), 2);
+
+        let clean = run("echo '@@DONE'; sleep 0.2; echo bye");
+        assert!(!clean.killed_when_done && !clean.timed_out);
+        assert!(clean.status.is_some_and(|s| s.success()));
+        assert_eq!(clean.stdout.len(), 2);
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

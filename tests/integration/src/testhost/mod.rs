@@ -33,6 +33,10 @@ const QEMU_HINT: &str = "install qemu-system-x86 (scripts/setup.sh)";
 const L1_BUDGET: Duration = Duration::from_secs(90);
 /// Per VM on top of its timeout: copying pmem files in and out of L1.
 const PER_VM_BUDGET: Duration = Duration::from_secs(30);
+/// How long L1 may take to power off after `@@TESTHOST-DONE`. Its pmem disks were written
+/// back with `dd conv=fsync` before that line, so its results are complete then; QEMU has
+/// been seen to hang after L1's power-off, which then cost the quiet limit and a rerun.
+const POWER_OFF_GRACE: Duration = Duration::from_secs(30);
 /// L1 memory: the default fits a 1 GiB guest plus its pmem files in L1's tmpfs.
 const L1_MEMORY_MIB: u64 = 3072;
 
@@ -103,6 +107,7 @@ pub(crate) fn run_nested(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> 
     let limits = Limits {
         total: budget,
         quiet: Some((L1_BUDGET + longest + PER_VM_BUDGET).mul_f64(scale)),
+        done: Some(("@@TESTHOST-DONE", POWER_OFF_GRACE.mul_f64(scale))),
     };
     let max_guest_mib = specs.iter().map(|s| s.memory_mib).max().unwrap_or(0);
     let pmem_mib: u64 = disks
@@ -130,6 +135,14 @@ pub(crate) fn run_nested(env: &Env, specs: &[VmSpec]) -> Result<Vec<VmOutcome>> 
             d
         };
         let run = run_l1(env, &attempt_dir, &payload, &disks, smp, l1_mib, limits)?;
+        if run.captured.killed_when_done {
+            eprintln!(
+                "pmo-integration: nested test host finished its job but was still running {} s \
+                 later; killed, results kept (logs: {})",
+                POWER_OFF_GRACE.mul_f64(scale).as_secs(),
+                attempt_dir.display()
+            );
+        }
         if !run.captured.timed_out {
             break run;
         }

@@ -156,6 +156,9 @@ pub(super) fn write_timings(log_dir: &Path, run: &L1Run, outcomes: &[VmOutcome],
             if o.timed_out { " (timed out)" } else { "" }
         );
     }
+    if run.captured.killed_when_done {
+        s += "L1 did not power off after @@TESTHOST-DONE: killed, results kept\n";
+    }
     s += &format!("L1 total {:.1} s\n", run.captured.elapsed.as_secs_f64());
     eprint!("pmo-integration: {s}");
     let _ = fs::write(log_dir.join("timings.txt"), s);
@@ -195,6 +198,7 @@ mod tests {
                 status: None,
                 timed_out: false,
                 went_quiet: false,
+                killed_when_done: false,
                 stdout: lines,
                 stderr: Vec::new(),
                 elapsed: Duration::from_secs(72),
@@ -219,6 +223,7 @@ mod tests {
                 status: None,
                 timed_out: false,
                 went_quiet: false,
+                killed_when_done: false,
                 stdout: vec![
                     line("@@TESTHOST-READY kvm=yes", 4),
                     line("@@VM-BEGIN 0", 5),
