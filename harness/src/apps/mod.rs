@@ -29,12 +29,11 @@ use locked::Locked;
 use pmo_host::{HostConfig, HostError, Measurements, PmoHost, SessionRecord};
 use pmo_store::crypto::{KdfParams, Suite};
 use pmo_store::{Design, StoreError};
+use pmo_virtio::pager::PredictionCounts;
 
 use crate::cxl_store::ExpanderModel;
 
-use crate::engine::{
-    Breakdown, CellResult, DesignSpec, EngineError, Env, EstCounters, SessionPages,
-};
+use crate::engine::{Breakdown, CellResult, DesignSpec, EngineError, Env, SessionPages};
 
 /// Names of the application workloads, in table order.
 pub const NAMES: [&str; 10] = [
@@ -179,7 +178,7 @@ impl AppRun {
             faults: m.faults,
             late: m.prefetch_late,
             wp_faults: m.wp_faults,
-            est: EstCounters {
+            est: PredictionCounts {
                 pages_prefetched: m.pages_prefetched,
                 trigger_hits: m.trigger_hits,
                 trigger_wasted: m.trigger_wasted,

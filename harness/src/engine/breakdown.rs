@@ -1,7 +1,7 @@
 //! What a cell measured: its time by component, the pager's prediction counters and the pages
 //! of each session.
 
-use pmo_virtio::pager::SliceStats;
+use pmo_virtio::pager::PredictionCounts;
 
 /// Time of one run by component, in nanoseconds, plus counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -33,50 +33,11 @@ pub struct Breakdown {
     /// (demand-read and prefetched pages); each is a uffd round trip without crypto.
     pub wp_faults: u64,
     /// The pager's own prediction counters, summed over sessions (for its estimate).
-    pub est: EstCounters,
+    pub est: PredictionCounts,
     /// Time the pager's fault threads spent serving the demand faults (`SliceStats::
     /// fault_ns_total`): the part of "fault" spent in the fill and install, without the
     /// faulting thread's wait for a fault thread to pick the fault up.
     pub fault_service_ns: u64,
-}
-
-/// The `SliceStats` counters behind `SliceStats::estimate`, summed over a run's sessions, so the
-/// report can set the pager's estimate next to the exact metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EstCounters {
-    /// `SliceStats::pages_prefetched`.
-    pub pages_prefetched: u64,
-    /// `SliceStats::trigger_hits`.
-    pub trigger_hits: u64,
-    /// `SliceStats::trigger_wasted`.
-    pub trigger_wasted: u64,
-    /// `SliceStats::prefetch_late`.
-    pub prefetch_late: u64,
-    /// `SliceStats::demand_unpredicted`.
-    pub demand_unpredicted: u64,
-}
-
-impl EstCounters {
-    pub(super) fn add(&mut self, s: &SliceStats) {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.pages_prefetched += s.pages_prefetched.load(Relaxed);
-        self.trigger_hits += s.trigger_hits.load(Relaxed);
-        self.trigger_wasted += s.trigger_wasted.load(Relaxed);
-        self.prefetch_late += s.prefetch_late.load(Relaxed);
-        self.demand_unpredicted += s.demand_unpredicted.load(Relaxed);
-    }
-
-    /// The pager's estimate of accuracy, coverage and timeliness from these counters.
-    pub fn estimate(&self) -> pmo_virtio::pager::PredictionEstimate {
-        pmo_virtio::pager::PredictionCounts {
-            pages_prefetched: self.pages_prefetched,
-            trigger_hits: self.trigger_hits,
-            trigger_wasted: self.trigger_wasted,
-            prefetch_late: self.prefetch_late,
-            demand_unpredicted: self.demand_unpredicted,
-        }
-        .estimate()
-    }
 }
 
 impl Breakdown {

@@ -35,7 +35,7 @@ use pmo_virtio::working::{WorkingCopy, WorkingError};
 use crate::workloads::{PlainMem, Workload, WorkloadError};
 
 mod breakdown;
-pub use breakdown::{Breakdown, CellResult, EstCounters, SessionPages};
+pub use breakdown::{Breakdown, CellResult, SessionPages};
 
 /// Errors of a harness run.
 #[derive(Debug, thiserror::Error)]
@@ -599,7 +599,7 @@ fn detach(
     let h = a.detach(pager)?;
     b.detach_ns += t.elapsed().as_nanos() as u64;
     // After the pager detach: it reports triggers left untouched as wasted.
-    b.est.add(&stats);
+    b.est += stats.prediction_counts();
     b.wp_faults += stats.wp_faults.load(Relaxed);
     b.fault_service_ns += stats.fault_ns_total.load(Relaxed);
     Ok(h)

@@ -108,6 +108,16 @@ pub struct PredictionCounts {
     pub demand_unpredicted: u64,
 }
 
+impl std::ops::AddAssign for PredictionCounts {
+    fn add_assign(&mut self, o: Self) {
+        self.pages_prefetched += o.pages_prefetched;
+        self.trigger_hits += o.trigger_hits;
+        self.trigger_wasted += o.trigger_wasted;
+        self.prefetch_late += o.prefetch_late;
+        self.demand_unpredicted += o.demand_unpredicted;
+    }
+}
+
 impl PredictionCounts {
     /// Estimates accuracy, coverage and timeliness: the triggers' hit rate stands for the
     /// accuracy of every installed prediction, and late pages are used predictions that were
@@ -123,5 +133,41 @@ impl PredictionCounts {
             coverage: (used + demand > 0.0).then(|| used / (used + demand)),
             timeliness: (used > 0.0).then(|| (used - late) / used),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts of two attachments add field by field, so their sum estimates both together.
+    #[test]
+    fn counts_add_field_by_field() {
+        let a = PredictionCounts {
+            pages_prefetched: 1,
+            trigger_hits: 2,
+            trigger_wasted: 3,
+            prefetch_late: 4,
+            demand_unpredicted: 5,
+        };
+        let mut sum = a;
+        sum += PredictionCounts {
+            pages_prefetched: 10,
+            trigger_hits: 20,
+            trigger_wasted: 30,
+            prefetch_late: 40,
+            demand_unpredicted: 50,
+        };
+        assert_eq!(
+            sum,
+            PredictionCounts {
+                pages_prefetched: 11,
+                trigger_hits: 22,
+                trigger_wasted: 33,
+                prefetch_late: 44,
+                demand_unpredicted: 55,
+            }
+        );
+        assert_eq!(sum.estimate().accuracy, Some(22.0 / 55.0));
     }
 }
