@@ -312,30 +312,29 @@ mod tests {
     use super::*;
     use std::os::unix::process::ExitStatusExt;
 
+    /// Runs `sh -c script` under `limits`, logging into `dir`.
+    fn run_sh(dir: &Path, script: &str, limits: Limits, trigger: Option<Trigger>) -> Captured {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", script]);
+        run_logged_with(cmd, limits, &dir.join("out"), &dir.join("err"), "", trigger).unwrap()
+    }
+
     /// A child that reports a check and then waits forever ends by the signal its line
     /// triggers; the long timeout is only a hang guard.
     #[test]
     fn a_matching_line_signals_the_child() {
         let dir = std::env::temp_dir().join(format!("pmo-trigger-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut cmd = Command::new("sh");
-        cmd.args([
-            "-c",
-            "echo boot; echo 'PMOTEST cxl_hold.holding ok waiting'; exec sleep 600",
-        ]);
         let trigger = Trigger {
             needle: "PMOTEST cxl_hold.holding ok".into(),
             signal: "KILL",
         };
-        let cap = run_logged_with(
-            cmd,
+        let cap = run_sh(
+            &dir,
+            "echo boot; echo 'PMOTEST cxl_hold.holding ok waiting'; exec sleep 600",
             Duration::from_secs(300).into(),
-            &dir.join("out"),
-            &dir.join("err"),
-            "",
             Some(trigger),
-        )
-        .unwrap();
+        );
         assert!(!cap.timed_out);
         assert_eq!(cap.status.and_then(|s| s.signal()), Some(9));
         assert_eq!(cap.stdout.len(), 2);
@@ -348,23 +347,12 @@ mod tests {
     fn a_silent_child_is_killed_at_the_quiet_limit() {
         let dir = std::env::temp_dir().join(format!("pmo-quiet-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let run = |script: &str| {
-            let mut cmd = Command::new("sh");
-            cmd.args(["-c", script]);
-            run_logged_with(
-                cmd,
-                Limits {
-                    total: Duration::from_secs(300),
-                    quiet: Some(Duration::from_secs(2)),
-                    done: None,
-                },
-                &dir.join("out"),
-                &dir.join("err"),
-                "",
-                None,
-            )
-            .unwrap()
+        let limits = Limits {
+            total: Duration::from_secs(300),
+            quiet: Some(Duration::from_secs(2)),
+            done: None,
         };
+        let run = |script: &str| run_sh(&dir, script, limits, None);
         let hung = run("echo booted; exec sleep 600");
         assert!(hung.timed_out && hung.went_quiet);
         assert!(hung.elapsed < Duration::from_secs(60), "{:?}", hung.elapsed);
@@ -384,23 +372,12 @@ mod tests {
     fn a_child_that_hangs_after_its_done_line_is_ended_as_complete() {
         let dir = std::env::temp_dir().join(format!("pmo-done-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let run = |script: &str| {
-            let mut cmd = Command::new("sh");
-            cmd.args(["-c", script]);
-            run_logged_with(
-                cmd,
-                Limits {
-                    total: Duration::from_secs(300),
-                    quiet: Some(Duration::from_secs(200)),
-                    done: Some(("@@DONE", Duration::from_secs(1))),
-                },
-                &dir.join("out"),
-                &dir.join("err"),
-                "",
-                None,
-            )
-            .unwrap()
+        let limits = Limits {
+            total: Duration::from_secs(300),
+            quiet: Some(Duration::from_secs(200)),
+            done: Some(("@@DONE", Duration::from_secs(1))),
         };
+        let run = |script: &str| run_sh(&dir, script, limits, None);
         let hung = run("echo work; echo '@@DONE uptime=1'; exec sleep 600");
         assert!(hung.killed_when_done, "{hung:?}");
         assert!(!hung.timed_out && !hung.went_quiet);
