@@ -55,6 +55,7 @@
 //! its extents and their write tracking. The fault threads are `uffd::FaultServer`'s.
 
 mod medium;
+mod tracking;
 mod working;
 
 pub use medium::{CxlMedium, ExtentKeys};
@@ -233,7 +234,7 @@ pub(crate) struct CachedMedia {
     /// A clean shutdown is recorded on media; a new write must undo that.
     clean: AtomicBool,
     /// The working extents whose stores are recorded (few; empty unless design `c` runs).
-    tracked: RwLock<Vec<Arc<working::Tracker>>>,
+    tracked: RwLock<Vec<Arc<tracking::Tracker>>>,
 }
 
 impl std::fmt::Debug for Expander {
