@@ -7,8 +7,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use cxl_t3::expander::Expander;
+use pmo_pager::Pager;
 use pmo_virtio::device::{DeviceError, PmoDevice, PmoService};
-use pmo_virtio::pager::Pager;
 use virtio_devices::pmem::{Pmem, PmemError};
 use virtio_devices::VirtioDevice;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};

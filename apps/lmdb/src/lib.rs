@@ -9,7 +9,7 @@
 //! - [`RoTxn`] (`get`, `scan`) and [`RwTxn`] (`get`, `scan`, `put`, `del`, `commit`) on the
 //!   main database;
 //! - [`StoreBackend`]: the real thing, a `pmo_store::Store` on a file whose PMOs are served by
-//!   the `pmo_virtio` userfaultfd pager, the threads running LMDB playing the vCPUs.
+//!   the `pmo_pager` userfaultfd pager, the threads running LMDB playing the vCPUs.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {

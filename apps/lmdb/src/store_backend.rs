@@ -11,9 +11,9 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use pmo_host::PmoHost;
+use pmo_pager::SliceStats;
 use pmo_store::crypto::UserKey;
 use pmo_store::Store;
-use pmo_virtio::pager::SliceStats;
 
 use crate::pmo::PmoBackend;
 

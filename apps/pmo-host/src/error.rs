@@ -3,10 +3,10 @@
 
 use std::io;
 
+use pmo_pager::source::AttachmentError;
+use pmo_pager::PagerError;
 use pmo_store::medium::MediumError;
 use pmo_store::StoreError;
-use pmo_virtio::pager::PagerError;
-use pmo_virtio::source::AttachmentError;
 
 /// Errors of a [`PmoHost`](crate::PmoHost).
 #[derive(Debug, thiserror::Error)]

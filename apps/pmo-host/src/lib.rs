@@ -3,7 +3,7 @@
 //!
 //! A program (LMDB through `lmdb-pmo`, the Filebench engine through the comparison harness)
 //! creates, attaches, psyncs, detaches and destroys PMOs by name; each attachment is a
-//! [`pmo_virtio::source::Attachment`] (a store session serving a slice of the host's pager
+//! [`pmo_pager::source::Attachment`] (a store session serving a slice of the host's pager
 //! window), so the program's threads play the vCPUs: their first touch of a page is a fault
 //! that the pager's threads answer with the page decrypted and verified by the store session,
 //! and a sync collects the pages written since the last one and psyncs them atomically.
@@ -42,11 +42,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use locked::Locked;
+use pmo_pager::source::Attachment;
+use pmo_pager::{Pager, SliceStats};
 use pmo_store::crypto::{KdfParams, Suite, UserKey, PAGE};
 use pmo_store::medium::FileMedium;
 use pmo_store::{CreateOptions, Design, DetachHandle, Perm, Store, StoreError, StoreOptions};
-use pmo_virtio::pager::{Pager, SliceStats};
-use pmo_virtio::source::Attachment;
 
 pub use error::HostError;
 pub use meter::{Measurements, SessionRecord};

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use pmo_virtio::pager::{PredictionCounts, PredictionEstimate, SliceStats};
+use pmo_pager::{PredictionCounts, PredictionEstimate, SliceStats};
 
 /// Declares [`Measurements`] (plain numbers) and `Meters` (the same fields as atomics).
 macro_rules! measurements {

@@ -27,9 +27,9 @@ use filebench::{CheckMode, FileBackend, Fileset, Personality};
 use lmdb_pmo::{Env as Lmdb, StoreBackend};
 use locked::Locked;
 use pmo_host::{HostConfig, HostError, Measurements, PmoHost, SessionRecord};
+use pmo_pager::PredictionCounts;
 use pmo_store::crypto::{KdfParams, Suite};
 use pmo_store::{Design, StoreError};
-use pmo_virtio::pager::PredictionCounts;
 
 use crate::cxl_store::ExpanderModel;
 

@@ -1,7 +1,7 @@
 //! What a cell measured: its time by component, the pager's prediction counters and the pages
 //! of each session.
 
-use pmo_virtio::pager::PredictionCounts;
+use pmo_pager::PredictionCounts;
 
 /// Time of one run by component, in nanoseconds, plus counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -23,14 +23,14 @@ use std::time::Instant;
 
 use cxl_t3::WorkingArea;
 use pmo_host::{HostConfig, HostError, PmoHost};
+use pmo_pager::source::{Attachment, AttachmentError};
+use pmo_pager::working::{WorkingCopy, WorkingError};
+use pmo_pager::{Pager, PagerError};
 use pmo_store::crypto::{Suite, UserKey, PAGE};
 use pmo_store::medium::{FileMedium, Medium, PmTiming, TimedMedium};
 use pmo_store::{
     CreateOptions, Design, DetachHandle, Perm, Session, Store, StoreError, StoreOptions,
 };
-use pmo_virtio::pager::{Pager, PagerError};
-use pmo_virtio::source::{Attachment, AttachmentError};
-use pmo_virtio::working::{WorkingCopy, WorkingError};
 
 use crate::workloads::{PlainMem, Workload, WorkloadError};
 

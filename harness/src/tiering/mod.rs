@@ -17,10 +17,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::cxl_store::{expander_store, CxlStoreError, ExpanderModel};
+use pmo_pager::source::Attachment;
+use pmo_pager::Pager;
 use pmo_store::crypto::{UserKey, PAGE};
 use pmo_store::{CreateOptions, Design, Perm, Store};
-use pmo_virtio::pager::Pager;
-use pmo_virtio::source::Attachment;
 
 use access::{Pages, Rng};
 
@@ -40,10 +40,10 @@ pub enum TieringError {
     Store(#[from] pmo_store::StoreError),
     /// The pager failed.
     #[error("pager: {0}")]
-    Pager(#[from] pmo_virtio::pager::PagerError),
+    Pager(#[from] pmo_pager::PagerError),
     /// An attachment failed.
     #[error("attachment: {0}")]
-    Attachment(#[from] pmo_virtio::source::AttachmentError),
+    Attachment(#[from] pmo_pager::source::AttachmentError),
     /// The placement policy name is bad.
     #[error("{0}")]
     Policy(#[from] pmo_policies::TieringError),

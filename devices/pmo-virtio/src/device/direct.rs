@@ -10,7 +10,7 @@ use virtio_devices::{ShmMapper, ShmMapping};
 
 use super::service::store_status;
 use crate::proto::Status;
-use crate::working::{WorkingCopy, WorkingError};
+use pmo_pager::working::{WorkingCopy, WorkingError};
 
 /// The working area and the means to map its extents into the guest.
 #[derive(Default)]

@@ -23,10 +23,12 @@ use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
-use crate::pager::{Detected, FillError, PageSource, Pager, PagerError, SliceStats, HIST_BUCKETS};
 use crate::proto::{self, Request, Status};
-use crate::source::SessionSource;
 use direct::{DirectCopy, DirectSetup};
+use pmo_pager::pager::{
+    Detected, FillError, PageSource, Pager, PagerError, SliceStats, HIST_BUCKETS,
+};
+use pmo_pager::source::SessionSource;
 use pmo_store::crypto::{UserKey, PAGE};
 use pmo_store::medium::{FileMedium, KillInPsync, Medium};
 use pmo_store::{CreateOptions, Design, Perm, Store, StoreError, StoreOptions};

@@ -384,10 +384,10 @@ fn pending_events(s: &PmoService) -> Vec<(u32, u64, u64)> {
 /// Serves a vCPU's access to window page `wpage` (a real touch of a refused
 /// page would be SIGSEGV on a host thread; in a VM KVM returns EFAULT).
 fn touch(s: &PmoService, off: u64, page: u64, write: bool) {
-    use crate::pager::FaultHandler;
+    use pmo_pager::pager::FaultHandler;
     let mut buf = s.pager().scratch();
     s.pager().handle(
-        crate::pager::Fault {
+        pmo_pager::pager::Fault {
             address: s.pager().host_addr() + off + page * 4096,
             write,
             wp: false,

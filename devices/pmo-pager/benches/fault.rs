@@ -33,7 +33,7 @@
 //! and the mean of all touches (the mean is what a walk's throughput sees), and the ratio to `uffd spinning` taken within each round (median and IQR
 //! over rounds). The load average before and after says how quiet the machine was.
 //!
-//! Run: `cargo bench -p pmo-virtio --bench fault` (env `PMO_BENCH_PAGES`, default 1024 pages
+//! Run: `cargo bench -p pmo-pager --bench fault` (env `PMO_BENCH_PAGES`, default 1024 pages
 //! per variant and round; `PMO_BENCH_ROUNDS`, default 15; `PMO_BENCH_CPU=N` runs every thread
 //! on CPU N). `cargo test --benches` runs it tiny.
 //!
@@ -48,12 +48,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use pmo_pager::source::SessionSource;
+use pmo_pager::{FillError, PageSource, Pager};
 use pmo_store::crypto::xts::XtsCipher;
 use pmo_store::crypto::{Suite, UserKey, PAGE};
 use pmo_store::medium::{FileMedium, Medium};
 use pmo_store::{CreateOptions, Design, Perm, Store, StoreOptions};
-use pmo_virtio::pager::{FillError, PageSource, Pager};
-use pmo_virtio::source::SessionSource;
 use uffd::{AnonMap, Uffd};
 
 /// Decrypt-only source: the cost of the fault path without integrity.
