@@ -5,7 +5,7 @@
 //! acts on its answers. Keeping it pure means every policy can be unit-tested with recorded or
 //! generated traces, and measured at native speed, without a VM.
 //!
-//! Predictors (see [`predictor_from_name`] for the spec strings):
+//! Predictors (see [`PredictorSpec`] for the spec strings):
 //! - [`NonePredictor`] (`none`): never predicts; the baseline LPMO `d` design.
 //! - [`Stream`] (`stream:N`): the stream buffer of seed 000 §4.2 (LPMO `dN`): next N pages.
 //! - [`Stride`] (`stride:N`): per-thread delta detection, for strided walks (TMM's B column).
@@ -15,7 +15,7 @@
 //! [`Metrics`] tallies accuracy, coverage and timeliness as the paper defines them.
 //!
 //! Placement between local DRAM and the CXL tier under a DRAM budget (see
-//! [`placement_from_name`]): [`Fifo`] (`fifo`) and [`Hotness`] (`hotness`).
+//! [`PlacementPolicy`]): [`Fifo`] (`fifo`) and [`Hotness`] (`hotness`).
 
 mod adaptive;
 mod markov;
@@ -34,7 +34,9 @@ pub use markov::Markov;
 pub use metrics::Metrics;
 pub use stream::{NonePredictor, Stream};
 pub use stride::Stride;
-pub use tiering::{placement_from_name, Fifo, Hotness, PageRef, Placement, Tier, TieringError};
+pub use tiering::{
+    placement_from_name, Fifo, Hotness, PageRef, Placement, PlacementPolicy, Tier, TieringError,
+};
 
 /// One demand fault seen by the pager.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,40 +88,101 @@ pub const MAX_DEPTH: u64 = 1024;
 /// Depth used when a spec names a predictor without `:N`.
 pub const DEFAULT_DEPTH: usize = 4;
 
-/// Parses a predictor spec: `none`, `stream[:N]`, `stride[:N]`, `markov[:N]`, `adaptive[:MAX]`.
-/// N defaults to [`DEFAULT_DEPTH`], MAX to [`Adaptive::DEFAULT_MAX_DEPTH`].
-pub fn predictor_from_name(spec: &str) -> Result<Box<dyn Predictor>, PolicyError> {
-    let trimmed = spec.trim();
-    if trimmed.is_empty() {
-        return Err(PolicyError::Empty);
-    }
-    let (kind, arg) = match trimmed.split_once(':') {
-        Some((k, a)) => (k, Some(a)),
-        None => (trimmed, None),
-    };
-    let depth = |default: usize| -> Result<usize, PolicyError> {
-        match arg {
-            None => Ok(default),
-            Some(a) => match a.parse::<u64>() {
-                Ok(n) if (1..=MAX_DEPTH).contains(&n) => Ok(n as usize),
-                _ => Err(PolicyError::BadDepth(spec.to_string(), a.to_string())),
-            },
+/// A predictor by kind and depth: what `--pmo-predictor` and the harness's options name,
+/// parsed once (`"stream:8".parse()`) so that nothing after the configuration holds a string
+/// that could still fail. [`PredictorSpec::build`] makes a fresh predictor of it for each
+/// attachment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PredictorSpec {
+    /// [`NonePredictor`] (`none`): demand faults only.
+    #[default]
+    None,
+    /// [`Stream`] (`stream[:N]`).
+    Stream(usize),
+    /// [`Stride`] (`stride[:N]`).
+    Stride(usize),
+    /// [`Markov`] (`markov[:N]`).
+    Markov(usize),
+    /// [`Adaptive`] (`adaptive[:MAX]`).
+    Adaptive(usize),
+}
+
+impl PredictorSpec {
+    /// A new predictor of this kind and depth.
+    pub fn build(self) -> Box<dyn Predictor> {
+        match self {
+            PredictorSpec::None => Box::new(NonePredictor),
+            PredictorSpec::Stream(n) => Box::new(Stream::new(n)),
+            PredictorSpec::Stride(n) => Box::new(Stride::new(n)),
+            PredictorSpec::Markov(n) => Box::new(Markov::new(n)),
+            PredictorSpec::Adaptive(n) => Box::new(Adaptive::new(n)),
         }
-    };
-    match kind {
-        "none" => match arg {
-            None => Ok(Box::new(NonePredictor)),
-            Some(a) => Err(PolicyError::UnexpectedArgument(
-                spec.to_string(),
-                a.to_string(),
-            )),
-        },
-        "stream" => Ok(Box::new(Stream::new(depth(DEFAULT_DEPTH)?))),
-        "stride" => Ok(Box::new(Stride::new(depth(DEFAULT_DEPTH)?))),
-        "markov" => Ok(Box::new(Markov::new(depth(DEFAULT_DEPTH)?))),
-        "adaptive" => Ok(Box::new(Adaptive::new(depth(Adaptive::DEFAULT_MAX_DEPTH)?))),
-        _ => Err(PolicyError::UnknownPredictor(spec.to_string())),
     }
+
+    /// True for `none`: no prefetching at all.
+    pub fn is_none(self) -> bool {
+        self == PredictorSpec::None
+    }
+}
+
+/// Parses a predictor spec: `none`, `stream[:N]`, `stride[:N]`, `markov[:N]`, `adaptive[:MAX]`.
+/// N defaults to [`DEFAULT_DEPTH`], MAX to [`Adaptive::DEFAULT_MAX_DEPTH`]; both lie in
+/// `1..=MAX_DEPTH`.
+impl std::str::FromStr for PredictorSpec {
+    type Err = PolicyError;
+
+    fn from_str(spec: &str) -> Result<Self, PolicyError> {
+        let trimmed = spec.trim();
+        if trimmed.is_empty() {
+            return Err(PolicyError::Empty);
+        }
+        let (kind, arg) = match trimmed.split_once(':') {
+            Some((k, a)) => (k, Some(a)),
+            None => (trimmed, None),
+        };
+        let depth = |default: usize| -> Result<usize, PolicyError> {
+            match arg {
+                None => Ok(default),
+                Some(a) => match a.parse::<u64>() {
+                    Ok(n) if (1..=MAX_DEPTH).contains(&n) => Ok(n as usize),
+                    _ => Err(PolicyError::BadDepth(spec.to_string(), a.to_string())),
+                },
+            }
+        };
+        match kind {
+            "none" => match arg {
+                None => Ok(PredictorSpec::None),
+                Some(a) => Err(PolicyError::UnexpectedArgument(
+                    spec.to_string(),
+                    a.to_string(),
+                )),
+            },
+            "stream" => Ok(PredictorSpec::Stream(depth(DEFAULT_DEPTH)?)),
+            "stride" => Ok(PredictorSpec::Stride(depth(DEFAULT_DEPTH)?)),
+            "markov" => Ok(PredictorSpec::Markov(depth(DEFAULT_DEPTH)?)),
+            "adaptive" => Ok(PredictorSpec::Adaptive(depth(Adaptive::DEFAULT_MAX_DEPTH)?)),
+            _ => Err(PolicyError::UnknownPredictor(spec.to_string())),
+        }
+    }
+}
+
+/// The canonical spec, which parses back to the same value (and is the built predictor's
+/// [`Predictor::name`]).
+impl std::fmt::Display for PredictorSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PredictorSpec::None => write!(f, "none"),
+            PredictorSpec::Stream(n) => write!(f, "stream:{n}"),
+            PredictorSpec::Stride(n) => write!(f, "stride:{n}"),
+            PredictorSpec::Markov(n) => write!(f, "markov:{n}"),
+            PredictorSpec::Adaptive(n) => write!(f, "adaptive:{n}"),
+        }
+    }
+}
+
+/// A new predictor from a spec string ([`PredictorSpec`]'s grammar).
+pub fn predictor_from_name(spec: &str) -> Result<Box<dyn Predictor>, PolicyError> {
+    Ok(spec.parse::<PredictorSpec>()?.build())
 }
 
 /// Pushes `page` into `out` if it is a legal prediction for `ev`: inside the PMO, not the

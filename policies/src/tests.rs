@@ -403,6 +403,18 @@ fn spec_parser_accepts_and_round_trips() {
     assert_eq!(name("stream:1024"), Ok("stream:1024".to_string()));
 }
 
+/// The typed spec prints as the canonical spec its predictor reports, and parses back to itself.
+#[test]
+fn a_typed_spec_prints_as_its_predictor_names_itself() {
+    for spec in ALL {
+        let typed: PredictorSpec = spec.parse().unwrap();
+        assert_eq!(typed.to_string(), typed.build().name(), "{spec}");
+        assert_eq!(typed.to_string().parse::<PredictorSpec>(), Ok(typed));
+    }
+    assert!(PredictorSpec::default().is_none());
+    assert_eq!("stream".parse(), Ok(PredictorSpec::Stream(DEFAULT_DEPTH)));
+}
+
 #[test]
 fn spec_parser_errors_name_the_input() {
     let err = |s: &str| match predictor_from_name(s) {

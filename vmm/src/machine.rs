@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use cxl_t3::expander::Expander;
 use pmo_pager::Pager;
-use pmo_virtio::device::{DeviceError, PmoDevice, PmoService};
+use pmo_pager::PmoService;
+use pmo_virtio::device::{DeviceError, PmoDevice};
 use virtio_devices::pmem::{Pmem, PmemError};
 use virtio_devices::VirtioDevice;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
@@ -235,7 +236,7 @@ impl Machine {
                             area.start(),
                             area.len()
                         );
-                        dev.set_direct_area(area);
+                        dev.set_working_area(area);
                     }
                     pmo_expander = Some(m.expander);
                     dev

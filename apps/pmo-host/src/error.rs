@@ -3,8 +3,7 @@
 
 use std::io;
 
-use pmo_pager::source::AttachmentError;
-use pmo_pager::PagerError;
+use pmo_pager::{AttachmentError, Failure, PagerError};
 use pmo_store::medium::MediumError;
 use pmo_store::StoreError;
 
@@ -20,9 +19,9 @@ pub enum HostError {
     /// The pager refused (window full, no such slice, ...).
     #[error("pager: {0}")]
     Pager(#[from] PagerError),
-    /// The predictor spec is not one.
-    #[error("predictor: {0}")]
-    Policy(#[from] pmo_policies::PolicyError),
+    /// The attachment refused (it failed earlier, a reader's sync, ...).
+    #[error("attachment: {0}")]
+    Refused(Failure),
     /// No attachment of this host starts at that address.
     #[error("no PMO attached at that address")]
     NotAttached,
@@ -40,6 +39,7 @@ impl From<AttachmentError> for HostError {
             AttachmentError::Pager(e) => HostError::Pager(e),
             AttachmentError::Store(e) => HostError::Store(e),
             AttachmentError::Detached => HostError::NotAttached,
+            e => HostError::Refused(e.failure()),
         }
     }
 }
@@ -48,7 +48,7 @@ impl HostError {
     /// The errno a C caller gets for this error.
     pub fn errno(&self) -> i32 {
         match self {
-            HostError::Store(e) => store_errno(e),
+            HostError::Store(e) => Failure::from(e).errno(),
             HostError::Medium(_) => libc::EIO,
             HostError::Pager(e) => match e {
                 PagerError::WindowFull(_) | PagerError::Mmap(_) => libc::ENOMEM,
@@ -57,7 +57,8 @@ impl HostError {
                 | PagerError::Detaching(_) => libc::EINVAL,
                 _ => libc::EIO,
             },
-            HostError::Policy(_) | HostError::NotAttached | HostError::BadAddress => libc::EINVAL,
+            HostError::Refused(f) => f.errno(),
+            HostError::NotAttached | HostError::BadAddress => libc::EINVAL,
             HostError::TooLarge(_) => libc::ENOMEM,
         }
     }
@@ -86,23 +87,6 @@ impl From<HostError> for io::Error {
     }
 }
 
-/// The errno of a store error.
-fn store_errno(e: &StoreError) -> i32 {
-    match e {
-        StoreError::NotFound(_) => libc::ENOENT,
-        StoreError::Exists(_) => libc::EEXIST,
-        StoreError::Busy(_) => libc::EBUSY,
-        StoreError::WrongKey | StoreError::ReadOnly => libc::EACCES,
-        StoreError::InvalidName(_) | StoreError::NameTooLong(_) | StoreError::InvalidSize(_) => {
-            libc::EINVAL
-        }
-        StoreError::Alloc(_) | StoreError::TableFull => libc::ENOSPC,
-        StoreError::TooLargeForDesign { .. } => libc::ENOMEM,
-        StoreError::Integrity { .. } => libc::EBADMSG,
-        _ => libc::EIO,
-    }
-}
-
 /// The `io::ErrorKind` of an errno this module hands out.
 fn kind_of(errno: i32) -> io::ErrorKind {
     match errno {
@@ -114,6 +98,8 @@ fn kind_of(errno: i32) -> io::ErrorKind {
         libc::ENOSPC => io::ErrorKind::StorageFull,
         libc::ENOMEM => io::ErrorKind::OutOfMemory,
         libc::EBADMSG => io::ErrorKind::InvalidData,
+        libc::EPERM => io::ErrorKind::PermissionDenied,
+        libc::ENAMETOOLONG => io::ErrorKind::InvalidFilename,
         _ => io::ErrorKind::Other,
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! A program (LMDB through `lmdb-pmo`, the Filebench engine through the comparison harness)
 //! creates, attaches, psyncs, detaches and destroys PMOs by name; each attachment is a
-//! [`pmo_pager::source::Attachment`] (a store session serving a slice of the host's pager
+//! [`pmo_pager::Attachment`] (a store session serving a slice of the host's pager
 //! window), so the program's threads play the vCPUs: their first touch of a page is a fault
 //! that the pager's threads answer with the page decrypted and verified by the store session,
 //! and a sync collects the pages written since the last one and psyncs them atomically.
@@ -42,8 +42,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use locked::Locked;
-use pmo_pager::source::Attachment;
-use pmo_pager::{Pager, SliceStats};
+use pmo_pager::{AttachOptions, Attachment, Pager, SliceStats, WorkingPlace};
+use pmo_policies::PredictorSpec;
 use pmo_store::crypto::{KdfParams, Suite, UserKey, PAGE};
 use pmo_store::medium::FileMedium;
 use pmo_store::{CreateOptions, Design, DetachHandle, Perm, Store, StoreError, StoreOptions};
@@ -62,9 +62,8 @@ pub struct HostConfig {
     pub suite: Suite,
     /// Argon2id cost of the PMOs it creates (every attach pays it once).
     pub kdf: KdfParams,
-    /// Prefetch predictor of every attachment (`pmo_policies::predictor_from_name` spec),
-    /// `None` for demand faults only.
-    pub predictor: Option<String>,
+    /// Prefetch predictor of every attachment (`none` for demand faults only).
+    pub predictor: PredictorSpec,
     /// Pager threads serving the faults of every attachment.
     pub fault_threads: usize,
     /// Bytes of the pager window all attachments share (address space, not memory): the
@@ -86,7 +85,7 @@ impl Default for HostConfig {
             design: Design::D,
             suite: Suite::XtsBlake3,
             kdf: KdfParams::DEFAULT,
-            predictor: None,
+            predictor: PredictorSpec::None,
             fault_threads: 2,
             window: 1 << 30,
             nonblocking_detach: false,
@@ -126,9 +125,6 @@ fn ns(t: Instant) -> u64 {
 impl PmoHost {
     /// A host on `store` whose PMOs are created and opened with `key`; maps its window.
     pub fn new(store: Store, key: UserKey, config: HostConfig) -> Result<Self, HostError> {
-        if let Some(spec) = &config.predictor {
-            pmo_policies::predictor_from_name(spec)?;
-        }
         let pager = Pager::new(config.window, config.fault_threads.max(1))?;
         pager.set_device_memory_latency(std::time::Duration::from_nanos(
             config.device_memory_latency_ns,
@@ -262,21 +258,19 @@ impl PmoHost {
         // leaves the PMO as it was.
         let bytes = session.pages() * PAGE as u64;
         let len = usize::try_from(bytes).map_err(|_| HostError::TooLarge(bytes))?;
-        let predictor = self
-            .config
-            .predictor
-            .as_deref()
-            .map(pmo_policies::predictor_from_name)
-            .transpose()?;
-        let attachment = Attachment::attach(&self.pager, session, writable, predictor)?;
-        let host = attachment.host_addr(&self.pager);
+        let opts = AttachOptions {
+            name,
+            predictor: self.config.predictor,
+            notify: None,
+            working: WorkingPlace::None,
+        };
+        let attachment = Attachment::attach(&self.pager, session, opts)?;
+        let host = attachment.host_addr();
         let Some(addr) = usize::try_from(host)
             .ok()
             .and_then(|h| NonNull::new(h as *mut u8))
         else {
-            if let Ok(h) = attachment.detach(&self.pager) {
-                let _ = h.wait();
-            }
+            finish(attachment.detach());
             return Err(HostError::BadAddress);
         };
         let live = Arc::new(Live {
@@ -309,7 +303,7 @@ impl PmoHost {
             return Ok(0);
         }
         let t = Instant::now();
-        let r = a.attachment.psync(&self.pager);
+        let r = a.attachment.psync();
         self.meters.psync_ns.fetch_add(ns(t), RELAXED);
         let pages = r?;
         self.meters.psyncs.fetch_add(1, RELAXED);
@@ -327,30 +321,33 @@ impl PmoHost {
             .ok_or(HostError::NotAttached)?;
         // Not timed: the measurement's own bookkeeping (a scan of the slice's bitmaps).
         let record = if self.config.record_sessions {
-            self.pager
-                .page_sets(a.attachment.offset())
-                .ok()
-                .map(|s| SessionRecord {
-                    name: a.name.clone(),
-                    writable: a.writable,
-                    demand: s.demand,
-                    prefetched: s.prefetched,
-                    late: 0,
-                })
+            a.attachment.page_sets().ok().map(|s| SessionRecord {
+                name: a.name.clone(),
+                writable: a.writable,
+                demand: s.demand,
+                prefetched: s.prefetched,
+                late: 0,
+            })
         } else {
             None
         };
         let t = Instant::now();
-        let r = match a.attachment.detach(&self.pager) {
-            Ok(h) if self.config.nonblocking_detach => {
-                self.pending
-                    .locked()
-                    .entry(a.name.clone())
-                    .or_default()
-                    .push(h);
-                Ok(())
+        let r = match a.attachment.detach() {
+            Ok(d) => {
+                let failed = d.failure.map_or(Ok(()), |f| Err(HostError::Refused(f)));
+                match d.pending {
+                    Some(h) if self.config.nonblocking_detach => {
+                        self.pending
+                            .locked()
+                            .entry(a.name.clone())
+                            .or_default()
+                            .push(h);
+                        failed
+                    }
+                    Some(h) => h.wait().map_err(HostError::from).and(failed),
+                    None => failed,
+                }
             }
-            Ok(h) => h.wait().map_err(HostError::from),
             Err(e) => Err(HostError::from(e)),
         };
         self.meters.detach_ns.fetch_add(ns(t), RELAXED);
@@ -424,11 +421,16 @@ impl Drop for PmoHost {
         // their plaintext away all the same, then let the background work finish.
         let left: Vec<Arc<Live>> = self.live.locked().drain().map(|(_, a)| a).collect();
         for a in left {
-            if let Ok(h) = a.attachment.detach(&self.pager) {
-                let _ = h.wait();
-            }
+            finish(a.attachment.detach());
         }
         let _ = self.drain();
+    }
+}
+
+/// Waits for a detach's background work, whatever came of it (a leaked or failed attachment).
+fn finish(detached: Result<pmo_pager::Detached, pmo_pager::AttachmentError>) {
+    if let Some(h) = detached.ok().and_then(|d| d.pending) {
+        let _ = h.wait();
     }
 }
 

@@ -222,10 +222,11 @@ fn sessions_record_demand_and_prefetched_pages_and_counters_add_up() {
     let d = Dir::new("sets");
     let npages = 128;
     let run = |predictor: Option<&str>| {
+        let predictor = predictor.map_or(PredictorSpec::None, |p| p.parse().unwrap());
         let h = host(
             &d,
             HostConfig {
-                predictor: predictor.map(str::to_string),
+                predictor,
                 record_sessions: true,
                 ..config(Design::D)
             },

@@ -262,7 +262,7 @@ impl BenchStore {
             .store
             .attach(suite.name(), Perm::Read, &self.key)
             .expect("attach r");
-        Arc::new(SessionSource::new(s, false))
+        Arc::new(SessionSource::new(s, false, None))
     }
 }
 

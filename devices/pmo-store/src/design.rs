@@ -161,6 +161,27 @@ impl Design {
     }
 }
 
+/// A design name that is none of [`Design::ALL`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown PMO design {0:?} (expected one of: wedi, bp-ip, bp-id, sp-ip, sp-id, d, cl, c, cf)"
+)]
+pub struct UnknownDesign(pub String);
+
+impl std::str::FromStr for Design {
+    type Err = UnknownDesign;
+
+    fn from_str(s: &str) -> Result<Self, UnknownDesign> {
+        Design::from_name(s).ok_or_else(|| UnknownDesign(s.to_string()))
+    }
+}
+
+impl std::fmt::Display for Design {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,5 +213,21 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(sp_id.suite(), Suite::XtsBlake3);
+    }
+
+    #[test]
+    fn every_design_parses_from_its_name_and_an_unknown_one_names_the_accepted() {
+        for d in Design::ALL {
+            assert_eq!(d.to_string().parse::<Design>(), Ok(d));
+        }
+        let e = "D".parse::<Design>().unwrap_err().to_string();
+        assert!(
+            e.contains("\"D\"") && e.contains("sp-id") && e.contains("cf"),
+            "{e}"
+        );
+        // The message lists every design there is.
+        for d in Design::ALL {
+            assert!(e.contains(d.name()), "{e} lacks {}", d.name());
+        }
     }
 }

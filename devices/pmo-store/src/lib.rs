@@ -38,7 +38,7 @@ pub mod superblock;
 pub mod tree;
 
 pub use alloc::AllocError;
-pub use design::Design;
+pub use design::{Design, UnknownDesign};
 pub use journal::JournalError;
 pub use record::{PmoState, RecordError};
 pub use recovery::{FsckReport, RecoveryAction, RecoveryReport};

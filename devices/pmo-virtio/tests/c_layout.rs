@@ -165,7 +165,7 @@ fn requests_built_by_c_parse_to_their_fields() {
     ));
     assert!(matches!(
         proto::parse(&s["set_design"]).unwrap(),
-        Request::SetDesign { design } if design == "sp-id"
+        Request::SetDesign { design } if design == pmo_store::Design::SpId
     ));
     assert!(matches!(
         proto::parse(&s["list"]).unwrap(),

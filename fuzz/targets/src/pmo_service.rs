@@ -1,5 +1,5 @@
 //! virtio-pmo requests against a real PMO service: `proto::parse` and
-//! `PmoService::execute` on a store file in a scratch directory (tmpfs) and
+//! `pmo_virtio::serve::execute` on a store file in a scratch directory (tmpfs) and
 //! a real userfaultfd window, with a host thread touching attached slices
 //! the way a vCPU would.
 //!
@@ -24,8 +24,10 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use pmo_pager::{PmoConfig, PmoService};
+use pmo_policies::PredictorSpec;
 use pmo_store::StoreOptions;
-use pmo_virtio::device::{PmoDeviceConfig, PmoService};
+use pmo_virtio::device::PmoDevice;
 use pmo_virtio::proto::{self, Request, Status};
 
 use crate::common::{Input, ScratchDir};
@@ -58,8 +60,8 @@ const DESIGNS: &[&str] = &["d", "wedi", "bp-ip", "bp-id", "sp-ip", "sp-id", "", 
 /// for the descriptor-chain target): a fresh store in `dir`, a small window,
 /// no predictor. Store parameters that change what an attach costs belong
 /// here, so every target that builds a service picks them up.
-pub fn service_config(dir: &Path) -> PmoDeviceConfig {
-    PmoDeviceConfig {
+pub fn service_config(dir: &Path) -> PmoConfig {
+    PmoConfig {
         store: dir.join("store.img"),
         // 64 PMO slots: the store formats in ~0.1 ms instead of ~6 ms.
         store_size: Some(16 << 20),
@@ -67,7 +69,7 @@ pub fn service_config(dir: &Path) -> PmoDeviceConfig {
         window_size: WINDOW,
         fault_threads: 1,
         test_kill_in_psync: None,
-        predictor: None,
+        predictor: PredictorSpec::None,
         // Real Argon2id at its cheapest: the default cost would make each attach 0.2 s.
         store_options: StoreOptions {
             slots: Some(64),
@@ -81,7 +83,10 @@ pub fn service_config(dir: &Path) -> PmoDeviceConfig {
 
 /// A fresh service on a fresh store in `dir`.
 pub fn new_service(dir: &Path) -> Arc<PmoService> {
-    PmoService::new(&service_config(dir)).expect("PMO service on a fresh tmpfs store")
+    PmoDevice::new(&service_config(dir))
+        .expect("PMO service on a fresh tmpfs store")
+        .service()
+        .clone()
 }
 
 /// One access of the toucher thread: `len` bytes at host address `addr`,
@@ -260,7 +265,7 @@ fn call(svc: &PmoService, bytes: &[u8]) -> (Status, Vec<u8>) {
                 );
             }
             let op = op_of(&req);
-            let (s, p) = svc.execute(req);
+            let (s, p) = pmo_virtio::serve::execute(svc, req);
             (s, p, op)
         }
         Err(s) => {

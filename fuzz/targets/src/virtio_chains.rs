@@ -1,7 +1,7 @@
 //! Descriptor chains a guest can post on a split queue, served by the
 //! devices' own request handlers through the shared `drain_queue`:
 //! virtio-pmem's FLUSH (`pmem::serve_flush`, on a tmpfs file) and
-//! virtio-pmo's control requests (`device::serve_request`, on a real PMO
+//! virtio-pmo's control requests (`serve::serve_chain`, on a real PMO
 //! service).
 //!
 //! The queue lives in guest memory built with virtio-queue's mock driver
@@ -21,8 +21,9 @@ use std::fs::File;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use pmo_virtio::device::{serve_request, PmoService};
+use pmo_pager::PmoService;
 use pmo_virtio::proto::{self, Status};
+use pmo_virtio::serve::serve_chain;
 use virtio_bindings::bindings::virtio_ring::{
     VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE,
 };
@@ -205,7 +206,7 @@ fn run_counted(data: &[u8]) -> usize {
         irq.0.store(0, Ordering::Relaxed);
         let res = drain_queue(&mut queue, &mem, &irq, 0, |chain| match &dev {
             Device::Pmem(f) => virtio_devices::pmem::serve_flush(f, chain),
-            Device::Pmo(s) => serve_request(s, chain),
+            Device::Pmo(s) => serve_chain(s, chain),
         });
         assert!(
             irq.0.load(Ordering::Relaxed) <= 1,

@@ -34,6 +34,7 @@ use pmo_store::{Design, StoreError};
 use crate::cxl_store::ExpanderModel;
 
 use crate::engine::{Breakdown, CellResult, DesignSpec, EngineError, Env, SessionPages};
+use pmo_policies::PredictorSpec;
 
 /// Names of the application workloads, in table order.
 pub const NAMES: [&str; 10] = [
@@ -217,21 +218,26 @@ fn host_config(
     predictor: Option<&str>,
     measured: bool,
     record: bool,
-) -> HostConfig {
-    HostConfig {
+) -> Result<HostConfig, AppError> {
+    let predictor = predictor
+        .map(str::parse::<PredictorSpec>)
+        .transpose()
+        .map_err(EngineError::from)?
+        .unwrap_or_default();
+    Ok(HostConfig {
         design,
         suite,
         // Every attach derives the PMO's key; the papers' systems have no such cost per attach
         // (the engine's PMOs use the same cheap parameters).
         kdf: KdfParams::INSECURE_FAST,
-        predictor: predictor.map(str::to_string),
+        predictor,
         fault_threads: 2,
         window: 1 << 30,
         nonblocking_detach: measured,
         record_sessions: record,
         // Set by `Env::host` from the store it runs on.
         device_memory_latency_ns: 0,
-    }
+    })
 }
 
 fn suite(spec: &DesignSpec, integrity: bool) -> Result<Suite, AppError> {
@@ -408,7 +414,7 @@ impl YcsbCell<'_> {
             self.spec.predictor,
             true,
             self.record,
-        ))?;
+        )?)?;
         let cell = Arc::new(StoreBackend::from_host(host));
         cell.host().create(&name, map)?;
         self.env.fill(&name, image)?;
@@ -449,8 +455,8 @@ fn fb_cell(
         spec.predictor,
         true,
         record,
-    ))?;
-    let setup = env.host(host_config(Design::D, suite, None, false, false))?;
+    )?)?;
+    let setup = env.host(host_config(Design::D, suite, None, false, false)?)?;
     let backend = fb::FbHost::new(&run, &setup);
     let mut fs = Fileset::new(c, &backend)?;
     fs.prepare()?;

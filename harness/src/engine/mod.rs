@@ -23,14 +23,12 @@ use std::time::Instant;
 
 use cxl_t3::WorkingArea;
 use pmo_host::{HostConfig, HostError, PmoHost};
-use pmo_pager::source::{Attachment, AttachmentError};
-use pmo_pager::working::{WorkingCopy, WorkingError};
-use pmo_pager::{Pager, PagerError};
+use pmo_pager::working::WorkingError;
+use pmo_pager::{AttachOptions, Attachment, AttachmentError, Pager, PagerError, WorkingPlace};
+use pmo_policies::PredictorSpec;
 use pmo_store::crypto::{Suite, UserKey, PAGE};
 use pmo_store::medium::{FileMedium, Medium, PmTiming, TimedMedium};
-use pmo_store::{
-    CreateOptions, Design, DetachHandle, Perm, Session, Store, StoreError, StoreOptions,
-};
+use pmo_store::{CreateOptions, Design, DetachHandle, Perm, Store, StoreError, StoreOptions};
 
 use crate::workloads::{PlainMem, Workload, WorkloadError};
 
@@ -359,47 +357,25 @@ impl Drop for Env {
     }
 }
 
-/// One live attach session: the store session behind a pager slice, or (design `c` with a
-/// working area) beside its working copy on the expander.
-enum Attached {
-    Window(Attachment),
-    Direct { copy: WorkingCopy, session: Session },
-}
-
-impl Attached {
-    /// The PMO's bytes: its slice of the window, or its working copy.
-    ///
-    /// The caller holds the pager for as long as the attachment (it is dropped only after the
-    /// last detach), which keeps the mapping alive; a working copy's memory is the expander's
-    /// DPA mapping, alive while the copy is. The exclusive borrow of `self` makes the slice the
-    /// only view of it in the harness, and nothing else in the harness touches that memory
-    /// while the workload runs. The pager or the expander only install pages that are not
-    /// present yet (the kernel makes the faulting access wait) and read written pages at
-    /// psync, which the harness calls between iterations.
-    fn memory(&mut self, pager: &Pager) -> Result<&mut [u8], EngineError> {
-        let (addr, len) = match self {
-            Attached::Window(a) => {
-                let len = a.npages() * PAGE as u64;
-                if a.offset() + len > pager.size() {
-                    return Err(EngineError::Pager(PagerError::NoSlice(a.offset())));
-                }
-                (a.host_addr(pager), len)
-            }
-            Attached::Direct { copy, .. } => (copy.host_addr(), copy.len()),
-        };
-        let len = usize::try_from(len).map_err(|_| EngineError::TooLarge(usize::MAX))?;
-        // SAFETY: `[addr, addr + len)` is the attachment's own live memory (checked above for
-        // the window); see the doc comment for why exclusive use holds for the borrow.
-        Ok(unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) })
+/// The PMO's bytes: its slice of the window, or (design `c` with a working area) its working
+/// copy on the expander.
+///
+/// The caller holds the pager for as long as the attachment (it is dropped only after the last
+/// detach), which keeps the mapping alive; a working copy's memory is the expander's DPA
+/// mapping, alive while the attachment is. The exclusive borrow of the attachment makes the
+/// slice the only view of it in the harness, and nothing else in the harness touches that
+/// memory while the workload runs. The pager or the expander only install pages that are not
+/// present yet (the kernel makes the faulting access wait) and read written pages at psync,
+/// which the harness calls between iterations.
+fn memory<'a>(a: &'a mut Attachment, pager: &Pager) -> Result<&'a mut [u8], EngineError> {
+    let len = a.size();
+    if !a.is_direct() && a.offset().saturating_add(len) > pager.size() {
+        return Err(EngineError::Pager(PagerError::NoSlice(a.offset())));
     }
-
-    /// Psyncs the pages written since the last psync; returns how many.
-    fn psync(&self, pager: &Pager) -> Result<u64, EngineError> {
-        match self {
-            Attached::Window(a) => Ok(a.psync(pager)?),
-            Attached::Direct { copy, session } => Ok(copy.psync(session)?),
-        }
-    }
+    let len = usize::try_from(len).map_err(|_| EngineError::TooLarge(usize::MAX))?;
+    // SAFETY: `[host_addr, host_addr + len)` is the attachment's own live memory (checked
+    // above for the window); see the doc comment for why exclusive use holds for the borrow.
+    Ok(unsafe { std::slice::from_raw_parts_mut(a.host_addr() as *mut u8, len) })
 }
 
 /// Runs a workload on plain resident memory: returns (iteration time in ns, checksum).
@@ -490,25 +466,25 @@ fn run_created(
     let mut in_session = 0;
     let iters = w.iters();
     for it in 0..iters {
-        let mem = cur.memory(&pager)?;
+        let mem = memory(&mut cur, &pager)?;
         let t = Instant::now();
         w.run_iter(mem, it, p.threads)?;
         b.workload_ns += t.elapsed().as_nanos() as u64;
         let last = it + 1 == iters;
         if (it + 1) % p.cadence.max(1) == 0 || last {
             let t = Instant::now();
-            b.psync_pages += cur.psync(&pager)?;
+            b.psync_pages += cur.psync()?;
             b.psync_ns += t.elapsed().as_nanos() as u64;
             b.psyncs += 1;
             in_session += 1;
             if p.session > 0 && in_session == p.session && !last {
-                pending = Some(detach(&pager, cur, &mut b, &mut sessions)?);
+                pending = Some(detach(cur, &mut b, &mut sessions)?);
                 cur = attach(&mut b, &mut pending)?;
                 in_session = 0;
             }
         }
     }
-    let h = detach(&pager, cur, &mut b, &mut sessions)?;
+    let h = detach(cur, &mut b, &mut sessions)?;
     let t = Instant::now();
     h.wait()?;
     b.stall_ns += t.elapsed().as_nanos() as u64;
@@ -544,48 +520,39 @@ fn run_created(
 
 fn attach_one(
     env: &Env,
-    pager: &Pager,
+    pager: &Arc<Pager>,
     name: &str,
     spec: &DesignSpec,
-) -> Result<Attached, EngineError> {
+) -> Result<Attachment, EngineError> {
     let session = env
         .store
         .attach_with(name, Perm::Write, &env.key, Some(spec.design))?;
-    if let (Design::C, Some(area)) = (spec.design, &env.area) {
-        let copy = WorkingCopy::attach(&session, area)?;
-        return Ok(Attached::Direct { copy, session });
-    }
     let predictor = spec
         .predictor
-        .map(pmo_policies::predictor_from_name)
-        .transpose()?;
-    Ok(Attached::Window(Attachment::attach(
-        pager, session, true, predictor,
-    )?))
+        .map(str::parse::<PredictorSpec>)
+        .transpose()?
+        .unwrap_or_default();
+    let opts = AttachOptions {
+        name,
+        predictor,
+        notify: None,
+        working: env
+            .area
+            .as_ref()
+            .map_or(WorkingPlace::None, WorkingPlace::Host),
+    };
+    Ok(Attachment::attach(pager, session, opts)?)
 }
 
 fn detach(
-    pager: &Pager,
-    a: Attached,
+    a: Attachment,
     b: &mut Breakdown,
     sessions: &mut Vec<SessionPages>,
 ) -> Result<DetachHandle, EngineError> {
     use std::sync::atomic::Ordering::Relaxed;
-    let a = match a {
-        Attached::Window(a) => a,
-        Attached::Direct { copy, session } => {
-            // No pager: nothing faulted or predicted through it.
-            sessions.push(SessionPages::default());
-            let t = Instant::now();
-            // The working copy goes first (wiped), then the session.
-            drop(copy);
-            let h = session.detach();
-            b.detach_ns += t.elapsed().as_nanos() as u64;
-            return Ok(h);
-        }
-    };
-    // Not timed: bookkeeping of the harness.
-    let sets = pager.page_sets(a.offset())?;
+    // Not timed: bookkeeping of the harness. A working copy has no pager: nothing faulted or
+    // predicted through it.
+    let sets = a.page_sets()?;
     let stats = a.stats().clone();
     let late = stats.prefetch_late.load(Relaxed);
     b.faults += sets.demand.len() as u64;
@@ -596,13 +563,19 @@ fn detach(
         late,
     });
     let t = Instant::now();
-    let h = a.detach(pager)?;
+    let d = a.detach()?;
+    // A working copy goes (wiped) with its attachment.
+    drop(a);
     b.detach_ns += t.elapsed().as_nanos() as u64;
+    if let Some(f) = d.failure {
+        return Err(AttachmentError::Failed(f).into());
+    }
     // After the pager detach: it reports triggers left untouched as wasted.
     b.est += stats.prediction_counts();
     b.wp_faults += stats.wp_faults.load(Relaxed);
     b.fault_service_ns += stats.fault_ns_total.load(Relaxed);
-    Ok(h)
+    d.pending
+        .ok_or(EngineError::Attachment(AttachmentError::Detached))
 }
 
 #[cfg(test)]

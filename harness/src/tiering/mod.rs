@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::cxl_store::{expander_store, CxlStoreError, ExpanderModel};
-use pmo_pager::source::Attachment;
 use pmo_pager::Pager;
+use pmo_pager::{AttachOptions, Attachment, WorkingPlace};
 use pmo_store::crypto::{UserKey, PAGE};
 use pmo_store::{CreateOptions, Design, Perm, Store};
 
@@ -43,7 +43,7 @@ pub enum TieringError {
     Pager(#[from] pmo_pager::PagerError),
     /// An attachment failed.
     #[error("attachment: {0}")]
-    Attachment(#[from] pmo_pager::source::AttachmentError),
+    Attachment(#[from] pmo_pager::AttachmentError),
     /// The placement policy name is bad.
     #[error("{0}")]
     Policy(#[from] pmo_policies::TieringError),
@@ -224,8 +224,14 @@ impl TierEnv {
         let session = self
             .store
             .attach_with(name, Perm::Write, &self.key, Some(Design::D))?;
-        let a = Attachment::attach(&pager, session, true, None)?;
-        let base = a.host_addr(&pager);
+        let opts = AttachOptions {
+            name,
+            predictor: pmo_policies::PredictorSpec::None,
+            notify: None,
+            working: WorkingPlace::None,
+        };
+        let a = Attachment::attach(&pager, session, opts)?;
+        let base = a.host_addr();
         let per_thread = ops / threads as u64;
         let writes = AtomicU64::new(0);
         let start = Instant::now();
@@ -260,8 +266,10 @@ impl TierEnv {
         let ns = start.elapsed().as_nanos() as u64;
         let stats = a.stats().clone();
         let tier = pager.tier_stats().unwrap_or_default();
-        a.psync(&pager)?;
-        a.detach(&pager)?.wait()?;
+        a.psync()?;
+        if let Some(h) = a.detach()?.pending {
+            h.wait()?;
+        }
         drop(pager);
         // Every write is in the store.
         let s = self

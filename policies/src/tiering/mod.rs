@@ -8,7 +8,7 @@
 //! tell over time, above all by how soon a page comes back after it was demoted (see
 //! [`Hotness`]); docs/hotness.md says why this source and not access bits here.
 //!
-//! Policies (see [`placement_from_name`]):
+//! Policies (see [`PlacementPolicy`]):
 //! - [`Fifo`] (`fifo`): demotes in fault order; the no-hotness baseline.
 //! - [`Hotness`] (`hotness`): probation and protected segments; a page that returns soon
 //!   after its demotion is protected; clean pages go before dirty ones.
@@ -80,11 +80,54 @@ pub enum TieringError {
     UnknownPolicy(String),
 }
 
-/// Builds a placement policy by name: `hotness` or `fifo`.
-pub fn placement_from_name(name: &str) -> Result<Box<dyn Placement>, TieringError> {
-    match name.trim() {
-        "hotness" => Ok(Box::new(Hotness::new())),
-        "fifo" => Ok(Box::new(Fifo::new())),
-        _ => Err(TieringError::UnknownPolicy(name.to_string())),
+/// A placement policy by name, parsed once (`"hotness".parse()`); [`PlacementPolicy::build`]
+/// makes the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PlacementPolicy {
+    /// [`Hotness`] (`hotness`), the default.
+    #[default]
+    Hotness,
+    /// [`Fifo`] (`fifo`).
+    Fifo,
+}
+
+impl PlacementPolicy {
+    /// A new policy of this kind.
+    pub fn build(self) -> Box<dyn Placement> {
+        match self {
+            PlacementPolicy::Hotness => Box::new(Hotness::new()),
+            PlacementPolicy::Fifo => Box::new(Fifo::new()),
+        }
     }
+
+    /// The canonical name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlacementPolicy::Hotness => "hotness",
+            PlacementPolicy::Fifo => "fifo",
+        }
+    }
+}
+
+impl std::str::FromStr for PlacementPolicy {
+    type Err = TieringError;
+
+    fn from_str(name: &str) -> Result<Self, TieringError> {
+        match name.trim() {
+            "hotness" => Ok(PlacementPolicy::Hotness),
+            "fifo" => Ok(PlacementPolicy::Fifo),
+            _ => Err(TieringError::UnknownPolicy(name.to_string())),
+        }
+    }
+}
+
+impl std::fmt::Display for PlacementPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Builds a placement policy by name: `hotness` or `fifo` ([`PlacementPolicy`]).
+pub fn placement_from_name(name: &str) -> Result<Box<dyn Placement>, TieringError> {
+    Ok(name.parse::<PlacementPolicy>()?.build())
 }

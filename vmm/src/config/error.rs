@@ -134,6 +134,12 @@ pub enum ConfigError {
     /// `--pmo-dram` for a store that is not on an expander: there is no CXL tier to demote to.
     #[error("--pmo-dram needs the PMO store on an expander (--pmo-store cxl=NAME): that is the tier cold pages go to")]
     PmoDramWithoutCxl,
+    /// `--pmo-design` names no design.
+    #[error("--pmo-design: {0}")]
+    PmoDesign(#[from] pmo_store::UnknownDesign),
+    /// `--pmo-predictor` names no predictor, or a bad depth.
+    #[error("--pmo-predictor: {0}")]
+    PmoPredictor(#[from] pmo_policies::PolicyError),
     /// A CXL design (`c`, `cl`, `cf`) for a store that is not on an expander: nothing would encrypt
     /// its pages at rest.
     #[error("--pmo-design {0}: a CXL design needs the PMO store on an expander (--pmo-store cxl=NAME), whose range keys encrypt its pages")]

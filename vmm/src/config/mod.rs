@@ -30,9 +30,11 @@ mod devices;
 mod error;
 mod options;
 
+use pmo_pager::{DramBudget, PmoConfig};
+use pmo_policies::{PlacementPolicy, PredictorSpec};
 use pmo_store::crypto::{KdfParams, RangeCipher};
+use pmo_store::Design;
 use pmo_store::StoreOptions;
-use pmo_virtio::device::{DramBudgetConfig, PmoDeviceConfig};
 use sizes::{parse_size, ByteSize};
 
 use crate::layout;
@@ -101,7 +103,7 @@ pub struct VmConfig {
     /// Where the guest's serial console goes.
     pub console: ConsoleOutput,
     /// The PMO device, when a store is given, exactly as the device is built.
-    pub pmo: Option<PmoDeviceConfig>,
+    pub pmo: Option<PmoConfig>,
     /// CXL Type 3 memory expanders, in command-line order.
     pub cxl_t3: Vec<CxlT3Config>,
     /// The PMO store lives on an expander's media rather than in `pmo.store`'s file.
@@ -241,7 +243,7 @@ impl VmConfig {
 fn pmo_config(
     src: &Sources<'_>,
     cxl_t3: &[CxlT3Config],
-) -> Result<(Option<PmoDeviceConfig>, Option<PmoOnCxl>), ConfigError> {
+) -> Result<(Option<PmoConfig>, Option<PmoOnCxl>), ConfigError> {
     let design = src.pick(|a| a.pmo_design.as_deref()).map(|(d, _)| d);
     let window = src.pick(|a| a.pmo_window.as_deref()).map(|(w, _)| w);
     let predictor = src.pick(|a| a.pmo_predictor.as_deref()).map(|(p, _)| p);
@@ -352,13 +354,16 @@ fn pmo_config(
     if let Some(anchor) = &anchor {
         check_parent_dir("PMO anchor", anchor)?;
     }
+    let design = design.map(str::parse::<Design>).transpose()?;
     if let Some(d) = design {
-        let cxl_design =
-            pmo_store::Design::from_name(d).is_some_and(|d| d.needs_range_encryption());
-        if cxl_design && on_cxl.is_none() {
+        if d.needs_range_encryption() && on_cxl.is_none() {
             return Err(ConfigError::PmoDesignWithoutCxl(d.to_string()));
         }
     }
+    let predictor = predictor
+        .map(str::parse::<PredictorSpec>)
+        .transpose()?
+        .unwrap_or_default();
     let dram_budget = match dram {
         Some(text) => {
             if on_cxl.is_none() {
@@ -369,23 +374,24 @@ fn pmo_config(
             if bytes < PAGE_BYTES || !bytes.is_multiple_of(PAGE_BYTES) || bytes > window_size {
                 return Err(ConfigError::PmoDram(ByteSize(bytes)));
             }
-            let policy = opts.get("policy").unwrap_or("hotness");
-            pmo_policies::placement_from_name(policy).map_err(|e| opts.error(e.to_string()))?;
-            Some(DramBudgetConfig {
-                bytes,
-                policy: policy.to_string(),
-            })
+            let placement = match opts.get("policy") {
+                Some(p) => p
+                    .parse::<PlacementPolicy>()
+                    .map_err(|e| opts.error(e.to_string()))?,
+                None => PlacementPolicy::default(),
+            };
+            Some(DramBudget { bytes, placement })
         }
         None => None,
     };
-    let device = PmoDeviceConfig {
+    let device = PmoConfig {
         store,
         store_size,
-        design: design.map(str::to_string),
+        design,
         window_size,
         fault_threads: PMO_FAULT_THREADS,
         test_kill_in_psync: src.flags().pmo_test_kill_in_psync,
-        predictor: predictor.map(str::to_string),
+        predictor,
         store_options: StoreOptions {
             kdf,
             anchor,

@@ -542,14 +542,14 @@ fn pmo_store_settings() {
     let cfg = with(&["--pmo-store", &format!("{store},1G"), "--pmo-design", "d"]).unwrap();
     assert_eq!(
         cfg.pmo,
-        Some(PmoDeviceConfig {
+        Some(PmoConfig {
             store: s.path("store.img"),
             store_size: Some(GIB),
-            design: Some("d".into()),
+            design: Some(Design::D),
             window_size: DEFAULT_PMO_WINDOW,
             fault_threads: PMO_FAULT_THREADS,
             test_kill_in_psync: None,
-            predictor: None,
+            predictor: PredictorSpec::None,
             store_options: StoreOptions::default(),
             dram_budget: None,
             device_memory_latency_ns: 0,
@@ -591,7 +591,27 @@ fn pmo_store_settings() {
         "stride:8",
     ])
     .unwrap();
-    assert_eq!(p.pmo.unwrap().predictor.as_deref(), Some("stride:8"));
+    assert_eq!(p.pmo.unwrap().predictor, PredictorSpec::Stride(8));
+    // A name that is no predictor, or no design, is refused here, naming what is accepted.
+    let e = with(&[
+        "--pmo-store",
+        &format!("{store},1G"),
+        "--pmo-predictor",
+        "psychic",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("--pmo-predictor") && e.contains("\"psychic\"") && e.contains("adaptive"),
+        "{e}"
+    );
+    let e = with(&["--pmo-store", &format!("{store},1G"), "--pmo-design", "D"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--pmo-design") && e.contains("\"D\"") && e.contains("sp-id"),
+        "{e}"
+    );
     // Every PMO setting may come from the file too, paths relative to it; flags win.
     std::fs::write(
         s.path("pmo.toml"),
@@ -604,7 +624,7 @@ fn pmo_store_settings() {
         .pmo
         .unwrap();
     assert_eq!(f.store, s.path("store.img"));
-    assert_eq!(f.predictor.as_deref(), Some("adaptive"));
+    assert_eq!(f.predictor, PredictorSpec::Adaptive(32));
     assert_eq!(f.window_size, 64 * MIB);
     assert_eq!(f.store_options.anchor, Some(s.path("anchor")));
     let f = VmConfig::from_args(&args(&[
@@ -614,7 +634,7 @@ fn pmo_store_settings() {
         "none",
     ]))
     .unwrap();
-    assert_eq!(f.pmo.unwrap().predictor.as_deref(), Some("none"));
+    assert_eq!(f.pmo.unwrap().predictor, PredictorSpec::None);
     let anchor = s.arg("anchor");
     let k = with(&[
         "--pmo-store",
@@ -919,12 +939,15 @@ fn pmo_dram_budget_needs_an_expander_store_and_whole_pages() {
     let budget = |dram: &str| run(dram).unwrap().pmo.unwrap().dram_budget.unwrap();
     assert_eq!(
         budget("16M"),
-        DramBudgetConfig {
+        DramBudget {
             bytes: 16 << 20,
-            policy: "hotness".into(),
+            placement: PlacementPolicy::Hotness,
         }
     );
-    assert_eq!(budget("size=4K,policy=fifo").policy, "fifo");
+    assert_eq!(
+        budget("size=4K,policy=fifo").placement,
+        PlacementPolicy::Fifo
+    );
     assert_eq!(budget("64M").bytes, 64 << 20, "the whole window");
     let e = |dram: &str| run(dram).unwrap_err().to_string();
     for bad in ["0", "6000", "65M"] {
@@ -985,6 +1008,6 @@ fn cxl_designs_need_a_store_on_an_expander() {
             d,
         ]))
         .unwrap();
-        assert_eq!(cfg.pmo.unwrap().design.as_deref(), Some(d));
+        assert_eq!(cfg.pmo.unwrap().design.map(|d| d.name()), Some(d));
     }
 }

@@ -153,7 +153,7 @@ fn a_prefetching_design_serves_readers_on_other_threads_while_a_writer_commits()
             STORE_LEN,
             KEY,
             StoreConfig {
-                predictor: Some("stream:4".into()),
+                predictor: pmo_policies::PredictorSpec::Stream(4),
                 ..config(Design::D)
             },
         )

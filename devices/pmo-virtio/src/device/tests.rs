@@ -3,6 +3,14 @@
 //! vCPU would.
 
 use super::*;
+use crate::proto::{Request, Status};
+use pmo_pager::service::open_store;
+use pmo_policies::PredictorSpec;
+use pmo_store::{Design, StoreOptions};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 mod direct;
 mod race;
@@ -25,15 +33,24 @@ fn tmp(tag: &str) -> Tmp {
     Tmp(d)
 }
 
-fn service_with(dir: &Path, predictor: Option<&str>) -> Result<Arc<PmoService>, DeviceError> {
-    PmoService::new(&PmoDeviceConfig {
+/// The tests drive the service behind a device (its requests in wire format, its pager's
+/// window) as the device's queue thread does.
+impl std::ops::Deref for PmoDevice {
+    type Target = PmoService;
+    fn deref(&self) -> &PmoService {
+        &self.service
+    }
+}
+
+fn service_with(dir: &Path, predictor: PredictorSpec) -> Result<PmoDevice, DeviceError> {
+    PmoDevice::new(&PmoConfig {
         store: dir.join("store.img"),
         store_size: Some(256 << 20),
         design: None,
         window_size: 16 << 20,
         fault_threads: 2,
         test_kill_in_psync: None,
-        predictor: predictor.map(str::to_string),
+        predictor,
         store_options: fast_store(),
         dram_budget: None,
         device_memory_latency_ns: 0,
@@ -48,13 +65,13 @@ fn fast_store() -> StoreOptions {
     }
 }
 
-fn service(dir: &Path) -> Arc<PmoService> {
-    service_with(dir, None).unwrap()
+fn service(dir: &Path) -> PmoDevice {
+    service_with(dir, PredictorSpec::None).unwrap()
 }
 
 fn call(s: &PmoService, op: u16, payload: &[u8]) -> (Status, Vec<u8>) {
     match proto::parse(&request(op, payload)) {
-        Ok(r) => s.execute(r),
+        Ok(r) => crate::serve::execute(s, r),
         Err(st) => (st, Vec::new()),
     }
 }
@@ -194,7 +211,7 @@ fn wrong_key_maps_nothing() {
     assert_eq!(create(&s, "a", 4096, b"right"), Status::Ok);
     assert_eq!(attach(&s, "a", true, b"wrong").0, Status::Access);
     assert_eq!(attach(&s, "a", true, b"righ").0, Status::Access);
-    assert!(s.attachments.lock().unwrap().is_empty());
+    assert_eq!(s.attached(), 0);
 }
 
 /// LIST walks a snapshot of the catalog that a create or destroy replaces: every index answers
@@ -302,7 +319,7 @@ fn fresh_pmo_reads_as_zeros() {
 #[test]
 fn a_predictor_prefetches_after_faults() {
     let d = tmp("predict");
-    let s = service_with(&d.0, Some("stream:4")).unwrap();
+    let s = service_with(&d.0, PredictorSpec::Stream(4)).unwrap();
     assert_eq!(create(&s, "seq", 16 * 4096, b"k"), Status::Ok);
     let (_, h, off, _) = attach(&s, "seq", false, b"k");
     // SAFETY: inside the attached slice.
@@ -335,10 +352,6 @@ fn a_predictor_prefetches_after_faults() {
         "no tiering without a budget"
     );
     call(&s, OP_DETACH, &h.to_le_bytes());
-    // A bad predictor spec is a startup error.
-    let other = tmp("predict-bad");
-    let bad = service_with(&other.0, Some("psychic"));
-    assert!(matches!(bad, Err(DeviceError::Predictor(_))));
 }
 
 /// Creates PMO "t" of 8 pages in a fresh store under `dir`, page p holding
@@ -362,7 +375,7 @@ fn tampered_store(dir: &Path) {
     assert_eq!(call(&s, OP_PSYNC, &h.to_le_bytes()).0, Status::Ok);
     // Waits for the store to finish the session, so the file is free below.
     s.detach_all();
-    let ext = s.store.list()[0].extent.0;
+    let ext = s.store().list()[0].extent.0;
     drop(s);
     let f = std::fs::OpenOptions::new()
         .read(true)
@@ -377,7 +390,7 @@ fn tampered_store(dir: &Path) {
 }
 
 /// The events waiting for the guest: (type, handle, page).
-fn pending_events(s: &PmoService) -> Vec<(u32, u64, u64)> {
+fn pending_events(s: &PmoDevice) -> Vec<(u32, u64, u64)> {
     s.events.pending.lock().unwrap().iter().copied().collect()
 }
 
@@ -487,7 +500,7 @@ fn a_refused_page_fails_psync_and_detach_with_ebadmsg() {
 fn a_page_found_bad_by_prefetch_is_announced_and_fails_the_attachment() {
     let d = tmp("ahead");
     tampered_store(&d.0);
-    let s = service_with(&d.0, Some("stream:4")).unwrap();
+    let s = service_with(&d.0, PredictorSpec::Stream(4)).unwrap();
     let (st, h, off, _) = attach(&s, "t", true, b"k");
     assert_eq!(st, Status::Ok);
     // SAFETY: inside the attached slice; page 0 is good. Pages 1..=4 get predicted.
@@ -540,7 +553,7 @@ fn detach_all_waits_for_detaches_the_guest_asked_for() {
     let pages = 1024u64;
     for round in 0..3 {
         let name = format!("deferred-{round}");
-        s.store
+        s.store()
             .create_pmo_with(&name, pages * 4096, &key, opts)
             .unwrap();
         let (st, h, off, _) = attach(&s, &name, true, b"k1");
@@ -555,7 +568,7 @@ fn detach_all_waits_for_detaches_the_guest_asked_for() {
         }
         assert_eq!(call(&s, OP_PSYNC, &h.to_le_bytes()).0, Status::Ok);
         let pending = |s: &PmoService| {
-            s.store
+            s.store()
                 .list()
                 .into_iter()
                 .find(|i| i.name == name)

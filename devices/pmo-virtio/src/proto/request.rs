@@ -2,7 +2,7 @@
 
 use zeroize::Zeroizing;
 
-use pmo_store::Perm;
+use pmo_store::{Design, Perm};
 
 use super::*;
 
@@ -54,8 +54,9 @@ pub enum Request {
     },
     /// [`OP_SET_DESIGN`].
     SetDesign {
-        /// UTF-8 up to the first NUL (the service checks the name).
-        design: String,
+        /// One of the store's designs, by name (UTF-8 up to the first NUL); any other name is
+        /// refused here.
+        design: Design,
     },
     /// [`OP_LIST`].
     List {
@@ -206,9 +207,9 @@ pub fn parse(bytes: &[u8]) -> Result<Request, Status> {
         OP_SET_DESIGN => {
             let field = f.take(DESIGN_FIELD)?;
             let len = field.iter().position(|&b| b == 0).unwrap_or(field.len());
-            let design = std::str::from_utf8(&field[..len]).map_err(|_| Status::Inval)?;
+            let name = std::str::from_utf8(&field[..len]).map_err(|_| Status::Inval)?;
             Request::SetDesign {
-                design: design.to_string(),
+                design: name.parse().map_err(|_| Status::Inval)?,
             }
         }
         OP_LIST => Request::List { index: f.u32()? },

@@ -57,6 +57,7 @@ impl ShmMapper for RecordingMapper {
 
 struct Rig {
     s: Arc<PmoService>,
+    events: Arc<EventSink>,
     maps: Maps,
     _x: Arc<Expander>,
 }
@@ -75,14 +76,14 @@ fn rig_on(dir: &Path, blank: bool) -> Rig {
     let x = Expander::open(&xcfg).unwrap();
     let keyring = pmo_store::crypto::ExtentKeyring::new(&[0x5a; 32]).unwrap();
     let medium: Arc<dyn Medium> = Arc::new(CxlMedium::new(x.clone()).with_keyring(keyring));
-    let cfg = PmoDeviceConfig {
+    let cfg = PmoConfig {
         store: media,
         store_size: None,
-        design: Some("c".into()),
+        design: Some(Design::C),
         window_size: WINDOW,
         fault_threads: 2,
         test_kill_in_psync: None,
-        predictor: None,
+        predictor: PredictorSpec::None,
         store_options: StoreOptions {
             len: Some(DEVICE - AREA),
             ..fast_store()
@@ -93,7 +94,7 @@ fn rig_on(dir: &Path, blank: bool) -> Rig {
     let mut dev = PmoDevice::with_medium(&cfg, medium, blank).unwrap();
     assert_eq!(dev.service().store_len(), DEVICE - AREA);
     let area = WorkingArea::new(x.clone(), DEVICE - AREA, DEVICE).unwrap();
-    dev.set_direct_area(area);
+    dev.set_working_area(area);
     let mapper = RecordingMapper::default();
     let maps = mapper.maps.clone();
     dev.set_shm_mapper(Arc::new(mapper));
@@ -104,6 +105,7 @@ fn rig_on(dir: &Path, blank: bool) -> Rig {
     assert_eq!(dev.shared_memory()[0].runtime_len, AREA);
     Rig {
         s: dev.service().clone(),
+        events: dev.events.clone(),
         maps,
         _x: x,
     }
@@ -269,7 +271,7 @@ fn a_tampered_page_refuses_a_direct_attach_before_anything_is_mapped() {
     assert_eq!(call(&r.s, OP_PSYNC, &h.to_le_bytes()).0, Status::Ok);
     assert_eq!(call(&r.s, OP_DETACH, &h.to_le_bytes()).0, Status::Ok);
     let extent =
-        r.s.store
+        r.s.store()
             .list()
             .into_iter()
             .find(|i| i.name == "t")
@@ -335,7 +337,7 @@ fn a_working_copy_block_changed_on_the_media_fails_the_attachment() {
         "page 0 was still cached: the edit was never read"
     );
     assert_eq!(r._x.counters().working_integrity_failures, 1);
-    let events: Vec<_> = r.s.events.pending.locked().iter().copied().collect();
+    let events: Vec<_> = r.events.pending.locked().iter().copied().collect();
     assert!(
         events.contains(&(proto::EVENT_PAGE_BAD, h, 0)),
         "the guest was not told: {events:?}"

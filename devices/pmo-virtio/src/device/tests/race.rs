@@ -74,6 +74,8 @@ struct Race {
     maps: Option<Maps>,
     /// Pages of the window the guest sees: the pager's, then the working area's.
     window_pages: u64,
+    /// The largest handle an ATTACH gave out so far: the hostile thread guesses around it.
+    max_handle: AtomicU64,
 }
 
 impl Race {
@@ -96,6 +98,7 @@ impl Race {
         };
         let (st, handle, offset, size) = attach(&self.s, &race_name(pmo), write, key);
         self.progress.fetch_add(1, Ordering::SeqCst);
+        self.max_handle.fetch_max(handle, Ordering::SeqCst);
         if st != Status::Ok {
             self.log.lock().unwrap().pending.remove(&from);
             return Err(st);
@@ -196,7 +199,7 @@ impl Race {
 
 /// Status sets the protocol allows per op (docs/virtio-pmo.md).
 fn allowed(op: u16, st: Status) -> bool {
-    use Status::*;
+    use crate::proto::Status::*;
     match op {
         OP_CREATE => matches!(st, Ok | Exist | Inval | NoSpc | NameTooLong | Io),
         OP_DESTROY => matches!(st, Ok | NoEnt | Access | Busy | Inval | NameTooLong | Io),
@@ -371,7 +374,7 @@ fn race_hostile(r: &Race, seed: u64, ops: u64) -> Result<(), String> {
                     // A parsed destroy/detach could hit a user's PMO or
                     // attachment; those are covered below with known handles.
                     Ok(Request::Detach { .. } | Request::Destroy { .. }) => continue,
-                    Ok(q) => r.s.execute(q).0,
+                    Ok(q) => crate::serve::execute(&r.s, q).0,
                     Err(st) => st,
                 };
                 r.progress.fetch_add(1, Ordering::SeqCst);
@@ -381,14 +384,14 @@ fn race_hostile(r: &Race, seed: u64, ops: u64) -> Result<(), String> {
                 }
             }
             1 => {
-                let handle = 1 + rng.below(r.s.next_handle.load(Ordering::SeqCst) + 2);
+                let handle = 1 + rng.below(r.max_handle.load(Ordering::SeqCst) + 2);
                 let (st, _) = r.call(OP_PSYNC, &handle.to_le_bytes());
                 if !allowed(OP_PSYNC, st) {
                     return Err(format!("psync of handle {handle}: {st:?}"));
                 }
             }
             2 => {
-                let handle = 1 + rng.below(r.s.next_handle.load(Ordering::SeqCst) + 2);
+                let handle = 1 + rng.below(r.max_handle.load(Ordering::SeqCst) + 2);
                 let (st, _) = r.call(OP_STAT, &handle.to_le_bytes());
                 if !allowed(OP_STAT, st) {
                     return Err(format!("stat of handle {handle}: {st:?}"));
@@ -444,15 +447,15 @@ fn race_hostile(r: &Race, seed: u64, ops: u64) -> Result<(), String> {
 /// The race test's service configuration: a small window (ranges are reused all the time, and
 /// ATTACH sees ENOMEM) and a predictor deep enough that its predictions go out as runs of
 /// several pages, which faults of the toucher and the users then wait on.
-fn race_config(dir: &Path) -> PmoDeviceConfig {
-    PmoDeviceConfig {
+fn race_config(dir: &Path) -> PmoConfig {
+    PmoConfig {
         store: dir.join("store.img"),
         store_size: Some(256 << 20),
         design: None,
         window_size: 40 * RACE_PAGE,
         fault_threads: 2,
         test_kill_in_psync: None,
-        predictor: Some("stream:8".into()),
+        predictor: PredictorSpec::Stream(8),
         store_options: fast_store(),
         dram_budget: None,
         device_memory_latency_ns: 0,
@@ -462,7 +465,10 @@ fn race_config(dir: &Path) -> PmoDeviceConfig {
 #[test]
 fn hostile_guest_threads_race_requests_and_touches_without_crossing_pmos() {
     let d = tmp("race");
-    let s = PmoService::new(&race_config(&d.0)).unwrap();
+    let s = PmoDevice::new(&race_config(&d.0))
+        .unwrap()
+        .service()
+        .clone();
     race(s, &[b"d", b"sp-id", b"wedi", b"psychic", b"\xff\xfe"]);
 }
 
@@ -482,9 +488,12 @@ fn hostile_guest_races_switches_to_cxl_designs_on_an_expander_store() {
     let x = Expander::open(&xcfg).unwrap();
     let keyring = pmo_store::crypto::ExtentKeyring::new(&[0x4d; 32]).unwrap();
     let medium: Arc<dyn Medium> = Arc::new(CxlMedium::new(x.clone()).with_keyring(keyring));
-    let s = PmoService::with_medium(&race_config(&d.0), medium, true).unwrap();
+    let s = PmoDevice::with_medium(&race_config(&d.0), medium, true)
+        .unwrap()
+        .service()
+        .clone();
     let s = race(s, &[b"c", b"cl", b"cf", b"d", b"sp-id", b"cx"]);
-    let suites: Vec<_> = s.store.list().iter().map(|i| i.suite.name()).collect();
+    let suites: Vec<_> = s.store().list().iter().map(|i| i.suite.name()).collect();
     eprintln!("suites of the PMOs left: {suites:?}");
     // After the race both kinds are still made as asked: a CXL design's PMO has only the
     // range key as its cipher, a file design's its own.
@@ -498,7 +507,12 @@ fn hostile_guest_races_switches_to_cxl_designs_on_an_expander_store() {
         assert_eq!(call(&s, proto::OP_SET_DESIGN, &f).0, Status::Ok);
         let name = format!("after-{design}");
         assert_eq!(create(&s, &name, 2 * RACE_PAGE, b"k"), Status::Ok);
-        let info = s.store.list().into_iter().find(|i| i.name == name).unwrap();
+        let info = s
+            .store()
+            .list()
+            .into_iter()
+            .find(|i| i.name == name)
+            .unwrap();
         assert_eq!(info.suite.name(), suite, "{name}");
         let (st, h, _, _) = attach(&s, &name, true, b"k");
         assert_eq!(st, Status::Ok, "attach {name}");
@@ -546,7 +560,7 @@ fn hostile_guest_races_design_c_attachments_mapped_from_the_expander() {
     let mut cfg = race_config(&d.0);
     cfg.store_options.len = Some(size - area);
     let mut dev = PmoDevice::with_medium(&cfg, medium, true).unwrap();
-    dev.set_direct_area(cxl_t3::WorkingArea::new(x.clone(), size - area, size).unwrap());
+    dev.set_working_area(cxl_t3::WorkingArea::new(x.clone(), size - area, size).unwrap());
     let mapper = RecordingMapper::default();
     let (maps, made) = (mapper.maps.clone(), mapper.made.clone());
     dev.set_shm_mapper(Arc::new(mapper));
@@ -596,6 +610,7 @@ fn race_with(
         designs,
         maps,
         window_pages,
+        max_handle: AtomicU64::new(0),
     };
     let ops: u64 = std::env::var("PMO_RACE_OPS")
         .ok()
