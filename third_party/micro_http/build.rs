@@ -1,0 +1,4 @@
+fn main() {
+    #[cfg(not(target_family = "unix"))]
+    std::compile_error!("This crate only supports Unix-like targets");
+}
