@@ -837,7 +837,7 @@ mod tests {
     }
 
     /// What the VMM would have mapped: decoder index -> (hpa, dpa, size),
-    /// kept only from the events, as `vmm/src/cxl.rs` does.
+    /// kept only from the events, as `vmm/src/cxl/decoders.rs` does.
     type Mappings = std::collections::BTreeMap<usize, (u64, u64, u64)>;
 
     fn apply(maps: &mut Mappings, ev: DecoderEvent) -> Result<(), TestCaseError> {

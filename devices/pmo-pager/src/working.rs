@@ -9,7 +9,7 @@
 //! those pages out to a stable buffer and commits them through the store's temporary shadow
 //! copy, as for `cl`. Dropping the copy wipes the extent: its blocks leave the device cache
 //! without a write-back, zero blocks go to the media and its key is cleared. The device maps
-//! the extent into the guest (`device/direct.rs`); the comparison harness touches it from
+//! the extent into the guest (`direct.rs`); the comparison harness touches it from
 //! host threads.
 
 use std::sync::Arc;
