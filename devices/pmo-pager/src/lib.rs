@@ -37,4 +37,4 @@ pub use pager::{
     Detected, FillError, PageSets, PageSource, Pager, PagerError, PredictionCounts,
     PredictionEstimate, SliceStats, TierStats, HIST_BUCKETS,
 };
-pub use service::{Attached, ListEntry, Listed, PmoService, ServiceError};
+pub use service::{Attached, ListEntry, Listed, PmoService, ServiceCounters, ServiceError};

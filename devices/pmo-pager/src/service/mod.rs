@@ -7,6 +7,7 @@
 //! Handles are the service's own: nothing a caller sends is trusted as an offset or length;
 //! handles are looked up, window slices come from the pager.
 
+mod counters;
 mod list;
 mod open;
 
@@ -29,9 +30,11 @@ use crate::pager::Pager;
 use crate::source::Notify;
 use crate::Failure;
 
+pub use counters::ServiceCounters;
 pub use list::{ListEntry, Listed};
 pub use open::{open_store, ServiceError};
 
+use counters::Totals;
 use list::ListCache;
 use open::{open_file_store, open_store_on, KillHook};
 
@@ -61,6 +64,7 @@ pub struct PmoService {
     events: Arc<dyn PageEvents>,
     kill_hook: KillHook,
     list: ListCache,
+    totals: Totals,
     /// Detaches whose store work still runs in the background: [`PmoService::detach_all`]
     /// waits for them, so a VMM exit never cuts one short.
     detaching: Mutex<Vec<pmo_store::DetachHandle>>,
@@ -127,6 +131,7 @@ impl PmoService {
             events,
             kill_hook,
             list: ListCache::default(),
+            totals: Totals::default(),
             detaching: Mutex::new(Vec::new()),
         }))
     }
@@ -245,6 +250,7 @@ impl PmoService {
             size: a.size(),
         };
         self.attachments.locked().insert(handle, Arc::new(a));
+        self.totals.attached();
         Ok(attached)
     }
 
@@ -274,6 +280,7 @@ impl PmoService {
             .remove(&handle)
             .ok_or(Failure::NotFound)?;
         let d = a.detach().map_err(|e| e.failure())?;
+        self.totals.ended(&a.stat());
         if let Some(pending) = d.pending {
             self.keep_detaching(pending);
         }
@@ -281,6 +288,17 @@ impl PmoService {
             Some(f) => Err(f),
             None => Ok(()),
         }
+    }
+
+    /// The device's counts since the service started, live attachments included.
+    pub fn counters(&self) -> ServiceCounters {
+        let live: Vec<AttachmentStat> = self
+            .attachments
+            .locked()
+            .values()
+            .map(|a| a.stat())
+            .collect();
+        self.totals.with_live(live.into_iter())
     }
 
     /// What STAT reports of attachment `handle`.
@@ -334,6 +352,7 @@ impl PmoService {
             .collect();
         for a in all {
             if let Ok(d) = a.detach() {
+                self.totals.ended(&a.stat());
                 if let Some(Err(e)) = d.pending.map(pmo_store::DetachHandle::wait) {
                     log::warn!("pmo: detach: {e}");
                 }

@@ -78,8 +78,18 @@ fn the_calls_of_one_attachment_in_order() {
     // SAFETY: as above, read only.
     let first = unsafe { ((s.pager().host_addr() + r.offset) as *const u8).read() };
     assert_eq!(first, 9);
+    let live = s.counters();
+    assert_eq!((live.attachments, live.attaches, live.psyncs), (1, 2, 1));
     s.detach_all();
     assert_eq!(s.attached(), 0);
+    // Ended attachments keep counting: the writer's psync, both attachments' faults.
+    let c = s.counters();
+    assert_eq!(
+        (c.attachments, c.attaches, c.psyncs, c.psync_pages),
+        (0, 2, 1, 1)
+    );
+    assert_eq!(c.psync_bytes(), PAGE as u64);
+    assert!(c.faults >= 2 && c.pages_decrypted >= 2, "{c:?}");
     assert_eq!(s.list(0).unwrap().attached, Listed::Detached);
     s.destroy("a", &key()).unwrap();
     assert_eq!(s.list(0), Err(Failure::NotFound));
