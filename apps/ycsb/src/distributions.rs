@@ -41,6 +41,8 @@ impl Zipfian {
 /// YCSB's `ScrambledZipfianGenerator(min, max)`: a zipfian value over [`SCRAMBLED_ITEMS`]
 /// items, FNV-hashed and taken modulo the item count, so the popular items are spread over
 /// the range.
+///
+/// [`SCRAMBLED_ITEMS`]: crate::SCRAMBLED_ITEMS
 #[derive(Clone, Debug)]
 pub struct ScrambledZipfian {
     s: ffi::RawScrambled,

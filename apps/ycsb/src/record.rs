@@ -58,7 +58,8 @@ pub struct RecordInfo {
     pub versions: [u64; FIELDS],
 }
 
-/// Verifies a stored record (`key` and its [`RECORD_LEN`] bytes), as `ycsb_lmdb --check` does.
+/// Verifies a stored record (`key` and its [`RECORD_LEN`](crate::RECORD_LEN) bytes), as
+/// `ycsb_lmdb --check` does.
 pub fn check_record(key: &[u8], record: &[u8]) -> Result<RecordInfo, Error> {
     let mut info = RecordInfo {
         keynum: 0,

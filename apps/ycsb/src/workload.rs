@@ -103,10 +103,14 @@ pub enum OpKind {
     /// Read all fields of one record.
     Read = 0,
     /// Write one field (or all, with [`Options::write_all_fields`]) of an existing record.
+    ///
+    /// [`Options::write_all_fields`]: crate::Options::write_all_fields
     Update = 1,
     /// Insert a new record (all fields).
     Insert = 2,
     /// Read up to [`Op::scan_len`] records in key order from the key on.
+    ///
+    /// [`Op::scan_len`]: crate::Op::scan_len
     Scan = 3,
     /// Read a record, then update it, in one transaction.
     ReadModifyWrite = 4,
