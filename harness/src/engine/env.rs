@@ -16,11 +16,14 @@ use super::EngineError;
 /// Where the PMOs live: one store on a temporary file, or on an emulated CXL expander whose
 /// media is a temporary file (removed on drop).
 pub struct Env {
+    /// The store every cell's PMO is created in (by the cell runner, `engine/mod.rs`).
     pub(super) store: Store,
+    /// The benchmark key of every PMO.
     pub(super) key: UserKey,
     dir: PathBuf,
     /// Human-readable description of the medium, for reports.
     pub medium: String,
+    /// Cells run so far: the next cell's PMO is `cell-{next + 1}`.
     pub(super) next: u64,
     /// What the pager charges per page moved into or out of expander device memory (design
     /// `cf`); 0 on a file.
