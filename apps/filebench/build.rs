@@ -1,8 +1,10 @@
 //! Compiles the C engine (c/) into a static library for the crate.
 
 /// The engine's sources; the drivers, the backends and the C tests are not part of the crate.
-const SOURCES: [&str; 6] = [
+const SOURCES: [&str; 8] = [
     "fb.c",
+    "fb_pick.c",
+    "fb_flowop.c",
     "fb_fileset.c",
     "fb_personality.c",
     "fb_data.c",
@@ -11,7 +13,7 @@ const SOURCES: [&str; 6] = [
 ];
 
 /// Headers the sources include.
-const HEADERS: [&str; 3] = ["fb.h", "fb_data.h", "fb_internal.h"];
+const HEADERS: [&str; 4] = ["fb.h", "fb_data.h", "fb_internal.h", "fb_thread.h"];
 
 fn main() {
     let mut build = cc::Build::new();

@@ -8,9 +8,11 @@
 //! the CSV and the targets. [`apps`] runs the real applications (YCSB A-F on LMDB,
 //! Filebench's four personalities) through a `pmo_host::PmoHost` for every design, and on the
 //! floor a tenant would otherwise use. `scripts/compare.sh` runs the whole matrix; see
-//! docs/compare.md.
+//! docs/compare.md. [`tiering`] is the DRAM/CXL tiering evaluation (docs/tiering.md); [`cli`]
+//! the command lines of the two binaries, `pmo-compare` and `pmo-tiering`.
 
 pub mod apps;
+pub mod cli;
 pub mod cxl_store;
 pub mod engine;
 pub mod metrics;

@@ -1,30 +1,25 @@
 //! `pmo-compare`: runs the design comparison matrix and writes compare.{md,csv} (the PNG is
 //! drawn from the CSV by scripts/plot_compare.py; scripts/compare.sh runs both).
 //!
-//! Usage: `pmo-compare [--quick | --paper-sizes] [--pm-model] [--cxl [--cxl-latency NS]] [--out DIR]
-//! [--apps micro,ycsb,filebench] [--workloads a,b,..] [--threads 1,2] [--session S] [--cadence C]
-//! [--size N] [--repeat R]`
+//! Usage: `pmo-compare --help`; the options are `pmo_harness::cli::compare::CompareArgs`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::Parser;
 use pmo_harness::apps::{self, App};
+use pmo_harness::cli::compare::{CompareArgs, Group};
 use pmo_harness::cxl_store::ExpanderModel;
 use pmo_harness::engine::{self, cxl_design_specs, design_specs, CellResult, Env, RunParams};
 use pmo_harness::metrics;
 use pmo_harness::report::{Report, Row};
 use pmo_harness::workloads::{self, Workload};
+use pmo_harness::{errln, outln};
 
-/// Errors of the command line.
+/// Errors of a run (a bad command line is clap's: usage on stderr, exit status 2).
 #[derive(Debug, thiserror::Error)]
 enum CliError {
-    #[error("unknown argument {0:?} (see the usage in docs/compare.md)")]
-    Unknown(String),
-    #[error("{0} needs a value")]
-    Missing(&'static str),
-    #[error("bad value {1:?} for {0}")]
-    Bad(&'static str, String),
     #[error("no workload left: --workloads names none of the --apps groups")]
     Empty,
     #[error("{0}")]
@@ -37,145 +32,10 @@ enum CliError {
     Write(PathBuf, std::io::Error),
 }
 
-/// The `--apps` groups.
-const GROUPS: [&str; 3] = ["micro", "ycsb", "filebench"];
-
-struct Args {
-    quick: bool,
-    /// The microbenchmarks at the papers' sizes (`Workload::paper`), with integrity only.
-    paper_sizes: bool,
-    pm_model: bool,
-    out: PathBuf,
-    /// The `--apps` groups chosen (default: all).
-    groups: Option<Vec<&'static str>>,
-    /// `--workloads`, by name (default: every workload of the groups).
-    workloads: Option<Vec<&'static str>>,
-    threads: Vec<usize>,
-    session: u64,
-    /// Iterations per psync; default: each workload's `default_cadence` (about 8 psyncs a run).
-    cadence: Option<u64>,
-    /// Main size of every microbenchmark (`Workload::with_size`); default: the preset.
-    size: Option<usize>,
-    /// Rounds over the matrix (each cell's median run is reported); default 3, 1 with --quick.
-    repeat: Option<usize>,
-    /// LPMO's CXL figure: the CXL designs on an expander store beside O and D (micro only).
-    cxl: bool,
-    /// The expander's media latency per block for `--cxl`, in ns.
-    cxl_latency_ns: u64,
-}
-
-/// The expander of `--cxl`: Optane-like media behind one CXL hop (a 4 KiB block at about
-/// 2.5 GB/s plus the hop), the default 64 MiB device cache, and the VMM's default
-/// device-memory latency per page.
-const CXL_MEDIA_LATENCY_NS: u64 = 2_000;
+/// The expander of `--cxl`: the default 64 MiB device cache and the VMM's default
+/// device-memory latency per page (its media latency is `--cxl-latency`).
 const CXL_CACHE: u64 = 64 << 20;
 const CXL_DEVMEM_LATENCY_NS: u64 = 400;
-
-/// Splits a comma list, each item one of `known`.
-fn names(
-    flag: &'static str,
-    v: &str,
-    known: &[&'static str],
-) -> Result<Vec<&'static str>, CliError> {
-    v.split(',')
-        .map(|w| {
-            known
-                .iter()
-                .find(|n| **n == w.trim())
-                .copied()
-                .ok_or_else(|| CliError::Bad(flag, w.to_string()))
-        })
-        .collect()
-}
-
-fn parse() -> Result<Args, CliError> {
-    let mut a = Args {
-        quick: false,
-        paper_sizes: false,
-        pm_model: false,
-        out: PathBuf::from("target/compare"),
-        groups: None,
-        workloads: None,
-        threads: vec![1, 2],
-        session: 2,
-        cadence: None,
-        size: None,
-        repeat: None,
-        cxl: false,
-        cxl_latency_ns: CXL_MEDIA_LATENCY_NS,
-    };
-    let all: Vec<&'static str> = workloads::NAMES
-        .iter()
-        .chain(apps::NAMES.iter())
-        .copied()
-        .collect();
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut val = |name: &'static str| it.next().ok_or(CliError::Missing(name));
-        match arg.as_str() {
-            "--quick" => a.quick = true,
-            "--paper-sizes" => a.paper_sizes = true,
-            "--pm-model" => a.pm_model = true,
-            "--cxl" => a.cxl = true,
-            "--cxl-latency" => {
-                let v = val("--cxl-latency")?;
-                a.cxl_latency_ns = v
-                    .parse()
-                    .ok()
-                    .filter(|n| *n <= 1_000_000_000)
-                    .ok_or(CliError::Bad("--cxl-latency", v))?;
-            }
-            "--out" => a.out = PathBuf::from(val("--out")?),
-            "--apps" => a.groups = Some(names("--apps", &val("--apps")?, &GROUPS)?),
-            "--workloads" => a.workloads = Some(names("--workloads", &val("--workloads")?, &all)?),
-            "--threads" => {
-                let v = val("--threads")?;
-                a.threads = v
-                    .split(',')
-                    .map(|t| match t.trim().parse::<usize>() {
-                        Ok(n) if (1..=64).contains(&n) => Ok(n),
-                        _ => Err(CliError::Bad("--threads", t.to_string())),
-                    })
-                    .collect::<Result<_, _>>()?;
-                a.threads.sort_unstable();
-                a.threads.dedup();
-            }
-            "--session" => {
-                let v = val("--session")?;
-                a.session = v.parse().map_err(|_| CliError::Bad("--session", v))?;
-            }
-            "--cadence" => {
-                let v = val("--cadence")?;
-                a.cadence = match v.parse::<u64>() {
-                    Ok(n) if n > 0 => Some(n),
-                    _ => return Err(CliError::Bad("--cadence", v)),
-                };
-            }
-            "--size" => {
-                let v = val("--size")?;
-                a.size = match v.parse::<usize>() {
-                    Ok(n) if (2..=1 << 20).contains(&n) => Some(n),
-                    _ => return Err(CliError::Bad("--size", v)),
-                };
-            }
-            "--repeat" => {
-                let v = val("--repeat")?;
-                a.repeat = match v.parse::<usize>() {
-                    Ok(n) if (1..=20).contains(&n) => Some(n),
-                    _ => return Err(CliError::Bad("--repeat", v)),
-                };
-            }
-            _ => return Err(CliError::Unknown(arg)),
-        }
-    }
-    if a.quick && a.paper_sizes {
-        return Err(CliError::Bad("--paper-sizes", "with --quick".to_string()));
-    }
-    if a.cxl && a.paper_sizes {
-        return Err(CliError::Bad("--cxl", "with --paper-sizes".to_string()));
-    }
-    Ok(a)
-}
 
 /// One workload of the matrix.
 enum Item {
@@ -213,11 +73,14 @@ impl Item {
 }
 
 /// The workloads of the run, in table order.
-fn items(a: &Args) -> Result<Vec<Item>, CliError> {
-    let groups = a.groups.clone().unwrap_or(GROUPS.to_vec());
+fn items(a: &CompareArgs) -> Result<Vec<Item>, CliError> {
+    let groups = a.groups.clone().unwrap_or(Group::ALL.to_vec());
     let mut out = Vec::new();
     let wanted = |name: &str, group: &str| {
-        groups.contains(&group) && a.workloads.as_ref().is_none_or(|w| w.contains(&name))
+        groups.iter().any(|g| g.name() == group)
+            && a.workloads
+                .as_ref()
+                .is_none_or(|w| w.iter().any(|n| n.0 == name))
     };
     for name in workloads::NAMES {
         if wanted(name, "micro") {
@@ -261,8 +124,9 @@ fn median(mut runs: Vec<CellResult>) -> Option<(CellResult, Vec<u64>)> {
     Some((mid, totals))
 }
 
-fn run(a: &Args) -> Result<Report, CliError> {
+fn run(a: &CompareArgs) -> Result<Report, CliError> {
     let items = items(a)?;
+    let thread_counts = a.thread_counts();
     let max = items
         .iter()
         .filter_map(|i| match i {
@@ -300,9 +164,9 @@ fn run(a: &Args) -> Result<Report, CliError> {
         Some(model) => apps::Apps::new(a.quick, a.pm_model).with_cxl(model, CXL_DEVMEM_LATENCY_NS),
         None => apps::Apps::new(a.quick, a.pm_model),
     };
-    eprintln!("pmo-compare: medium: {}", env.medium);
+    errln!("pmo-compare: medium: {}", env.medium);
     if let Some(c) = &cxl_env {
-        eprintln!("pmo-compare: CXL designs on: {}", c.medium);
+        errln!("pmo-compare: CXL designs on: {}", c.medium);
     }
     // Plain-memory compute baseline (shortest) and reference checksum per (workload, threads).
     let mut compute: HashMap<(usize, usize), (u64, u64)> = HashMap::new();
@@ -315,7 +179,7 @@ fn run(a: &Args) -> Result<Report, CliError> {
     let rounds = a.repeat.unwrap_or(if a.quick { 1 } else { 3 });
     for round in 0..rounds {
         for (wi, item) in items.iter().enumerate() {
-            for &threads in &a.threads {
+            for &threads in &thread_counts {
                 let mut want = 0;
                 match item {
                     Item::Micro(w) => {
@@ -338,7 +202,7 @@ fn run(a: &Args) -> Result<Report, CliError> {
                             .run_floor(*app, threads)
                             .map_err(|e| CliError::Floor(app.name(), e))?;
                         floors.entry((wi, threads)).or_default().push(ns);
-                        eprintln!(
+                        errln!(
                             "  round {} {:<10} {:<8} {:<7} {} thr: {:>9.1} ms",
                             round + 1,
                             app.name(),
@@ -373,7 +237,7 @@ fn run(a: &Args) -> Result<Report, CliError> {
                                 .run_cell(*app, spec, integrity, threads, &mut |_, _| Ok(()))
                                 .map_err(|e| e.to_string()),
                         };
-                        eprintln!(
+                        errln!(
                             "  round {} {:<10} {:<8} {:<7} {} thr: {}",
                             round + 1,
                             item.name(),
@@ -421,7 +285,7 @@ fn run(a: &Args) -> Result<Report, CliError> {
             Item::Micro(w) => w.params(),
             Item::App(app) => app.params(a.quick),
         };
-        for &threads in &a.threads {
+        for &threads in &thread_counts {
             let compute_ns = match item {
                 Item::Micro(_) => compute.get(&(wi, threads)).map_or(0, |c| c.0),
                 Item::App(_) => {
@@ -479,22 +343,16 @@ fn run(a: &Args) -> Result<Report, CliError> {
 }
 
 fn main() -> ExitCode {
-    let a = match parse() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("pmo-compare: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let a = CompareArgs::parse();
     let rep = match run(&a) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("pmo-compare: {e}");
+            errln!("pmo-compare: {e}");
             return ExitCode::FAILURE;
         }
     };
     let md = rep.markdown();
-    println!("{md}");
+    outln!("{md}");
     let write = |name: &str, text: &str| {
         let p = a.out.join(name);
         std::fs::create_dir_all(&a.out)
@@ -502,12 +360,12 @@ fn main() -> ExitCode {
             .map_err(|e| CliError::Write(p, e))
     };
     if let Err(e) = write("compare.md", &md).and_then(|()| write("compare.csv", &rep.csv())) {
-        eprintln!("pmo-compare: {e}");
+        errln!("pmo-compare: {e}");
         return ExitCode::FAILURE;
     }
     let failed = rep.rows.iter().filter(|r| r.error.is_some()).count();
     if failed > 0 {
-        eprintln!("pmo-compare: {failed} cell(s) FAILED (wrong result or error), see the tables");
+        errln!("pmo-compare: {failed} cell(s) FAILED (wrong result or error), see the tables");
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS

@@ -3,11 +3,12 @@
 //!
 //! Public: [`config`] (one validated `VmConfig` from flags or a TOML file), [`machine`] (builds
 //! and runs the VM a config describes), [`exit`] (why it stopped), [`cli`] (the host tools
-//! `pmovmm store ...` and `pmovmm cxl create`), [`pci`] (the PCI root and the virtio-pci
-//! transport, public for its fuzz target). The machine's inside: `vm` (KVM VM, guest memory,
-//! memslots), `cpu` (vCPU threads), `boot` (Linux 64-bit boot protocol), `layout` (the guest
-//! address map), `acpi`, `bus` (port and MMIO dispatch), `legacy` (serial, power, pvpanic,
-//! reset), `cxl` (CXL host bridges and the expander's PCI function).
+//! `pmovmm store ...` and `pmovmm cxl create`). The machine's inside: `vm` (KVM VM, guest
+//! memory, memslots), `cpu` (vCPU threads), `boot` (Linux 64-bit boot protocol), `layout` (the
+//! guest address map), `acpi`, `bus` (port and MMIO dispatch), `pci_root` (the PCIe root
+//! complex: ECAM, 0xCF8, BARs on the MMIO bus; the functions and the virtio-pci transport are
+//! the `pci` crate's), `legacy` (serial, power, pvpanic, reset), `cxl` (CXL host bridges and
+//! the expander's PCI function).
 
 mod acpi;
 mod boot;
@@ -20,5 +21,5 @@ pub mod exit;
 mod layout;
 mod legacy;
 pub mod machine;
-pub mod pci;
+mod pci_root;
 mod vm;

@@ -7,6 +7,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use cxl_t3::expander::Expander;
+use pci::virtio::{VirtioPci, VirtioPciError};
 use pmo_pager::Pager;
 use pmo_pager::PmoService;
 use pmo_virtio::device::{DeviceError, PmoDevice};
@@ -23,8 +24,7 @@ use crate::cxl::{self, CxlError, CxlMemdev, HostBridge};
 use crate::exit::{ExitReason, VmExit};
 use crate::layout;
 use crate::legacy::{self, AcpiPower, I8042Reset, PvPanic, SerialConsole};
-use crate::pci::virtio::{VirtioPci, VirtioPciError};
-use crate::pci::{Ecam, PciError, PciRoot, PioConfig, Window};
+use crate::pci_root::{Ecam, PciError, PciRoot, PioConfig, Window};
 use crate::vm::{MemSlot, Vm, VmError};
 
 /// The PMO window refuses pages that failed verification.
@@ -248,7 +248,7 @@ impl Machine {
                 Box::new(dev),
                 vm.fd().clone(),
                 vm.memory().clone(),
-                Some(vm.slot_mapper()),
+                Some(Box::new(vm.slot_mapper())),
             )?;
             let bar0 = mmio32.alloc(VirtioPci::bar0_size(), VirtioPci::bar0_size())?;
             transport.set_bar0(bar0);

@@ -176,6 +176,21 @@ impl SlotMapper {
     }
 }
 
+/// How the `pci` crate's virtio-pci transport maps a device's shared memory into the guest.
+impl pci::GuestSlots for SlotMapper {
+    unsafe fn map(
+        &self,
+        gpa: u64,
+        host_addr: u64,
+        len: u64,
+        read_only: bool,
+    ) -> Result<pci::GuestSlot, pci::SlotError> {
+        // SAFETY: forwarded from the caller's guarantee.
+        let slot = unsafe { SlotMapper::map(self, gpa, host_addr, len, read_only) }?;
+        Ok(Box::new(slot))
+    }
+}
+
 /// Hands out KVM memslot numbers.
 struct SlotAllocator {
     next: AtomicU32,
@@ -245,12 +260,6 @@ pub struct MemSlot {
     slots: Arc<SlotAllocator>,
     slot: u32,
     gpa: u64,
-}
-
-impl MemSlot {
-    pub fn gpa(&self) -> u64 {
-        self.gpa
-    }
 }
 
 impl Drop for MemSlot {

@@ -146,6 +146,16 @@ pub struct FbFileset {
     _private: [u8; 0],
 }
 
+/// The text of a NUL-terminated C array (up to its first NUL; lossy UTF-8).
+pub fn c_text(a: &[c_char]) -> String {
+    let bytes: Vec<u8> = a
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 /// `fb_check()`'s per-entry callback.
 pub type CheckEach = extern "C" fn(*mut c_void, *const c_char, c_int, u64, u32);
 

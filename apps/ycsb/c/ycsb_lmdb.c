@@ -30,11 +30,12 @@
  * "RECORD <key> <keynum> <v0> .. <v9>" (the version of each field).
  * Exit status: 0, 1 on errors (or corrupt records for --check), 2 on usage.
  *
- * Files: this one runs the workload on LMDB (workers, load and run phases,
- * --check, opening the environment and its PMO backend) and holds main();
- * ycsb_cli.c parses the command line into struct config (ycsb_config.h);
- * ycsb_report.c keeps the latency histograms and prints the output lines;
- * ycsb.c is the workload generator.
+ * Files: this one runs the phases (load, run, --check) and holds main();
+ * ycsb_worker.c is one thread's operations and txns on LMDB; ycsb_env.c
+ * opens the environment (plain files, or its PMO backend); ycsb_cli.c parses
+ * the command line into struct config (ycsb_config.h); ycsb_report.c keeps
+ * the latency histograms and prints the output lines; ycsb.c is the workload
+ * generator.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -43,344 +44,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "lmdb.h"
 #include "ycsb.h"
 #include "ycsb_cli.h"
 #include "ycsb_config.h"
+#include "ycsb_env.h"
 #include "ycsb_report.h"
-
-#ifdef YCSB_WITH_PMO
-#include "pmo_libpmo.h"
-#endif
-
-/* ---- one worker: its generator, txns and pending commits ---------------- */
-
-struct pending {
-	uint32_t type, field;
-	uint64_t keynum, version;
-	char key[YCSB_KEY_MAX];
-};
-
-struct worker {
-	const struct config *cfg;
-	MDB_env *env;
-	MDB_dbi dbi;
-	pthread_barrier_t *start;
-	uint32_t index;
-	int loading;		/* the load phase's worker: commits log as "LOAD" */
-	uint64_t ops;
-	struct ycsb gen;
-	struct ycsb_op op;
-	MDB_txn *rtxn;		/* reset between reads */
-	MDB_txn *wtxn;		/* open write txn, or NULL */
-	struct pending *pend;	/* writes of wtxn, cfg->batch of them at most */
-	uint64_t npend, batch;
-	uint64_t lost;		/* writes dropped by failed commits/aborts */
-	uint64_t bad;		/* records that failed --verify */
-	uint64_t t_start, t_end;	/* the run phase of this thread */
-	uint8_t rec[YCSB_RECORD_LEN];
-	struct hist h[YCSB_OP_COUNT];
-	int err;		/* first fatal LMDB error */
-};
-
-static void lmdb_warn(const struct worker *w, const char *what, int rc)
-{
-	fprintf(stderr, "ycsb_lmdb: thread %u: %s: %s\n", w->index, what, mdb_strerror(rc));
-}
-
-static void log_commits(struct worker *w)
-{
-	if (!w->cfg->log_commits || w->npend == 0)
-		return;
-	flockfile(stdout);
-	for (uint64_t i = 0; i < w->npend; i++) {
-		const struct pending *p = &w->pend[i];
-		const char *op = w->loading ? "LOAD" : ycsb_op_name(p->type);
-
-		if (p->field == YCSB_ALL_FIELDS)
-			printf("COMMIT %s %s %" PRIu64 " %" PRIu64 " all\n", op, p->key, p->keynum,
-			       p->version);
-		else
-			printf("COMMIT %s %s %" PRIu64 " %" PRIu64 " %u\n", op, p->key, p->keynum,
-			       p->version, p->field);
-	}
-	fflush(stdout);
-	funlockfile(stdout);
-}
-
-static int commit(struct worker *w)
-{
-	int rc;
-
-	if (!w->wtxn)
-		return 0;
-	rc = mdb_txn_commit(w->wtxn);
-	w->wtxn = NULL;
-	if (rc) {
-		lmdb_warn(w, "mdb_txn_commit", rc);
-		w->lost += w->npend;
-		w->npend = 0;
-		return rc;
-	}
-	log_commits(w);
-	w->npend = 0;
-	return 0;
-}
-
-static void abort_writes(struct worker *w)
-{
-	if (w->wtxn)
-		mdb_txn_abort(w->wtxn);
-	w->wtxn = NULL;
-	w->lost += w->npend;
-	w->npend = 0;
-}
-
-static int begin_write(struct worker *w)
-{
-	int rc;
-
-	if (w->wtxn)
-		return 0;
-	rc = mdb_txn_begin(w->env, NULL, 0, &w->wtxn);
-	if (rc) {
-		w->wtxn = NULL;
-		lmdb_warn(w, "mdb_txn_begin", rc);
-	}
-	return rc;
-}
-
-/* A txn to read in: the open write txn, else the renewed read-only one. */
-static int begin_read(struct worker *w, MDB_txn **txn)
-{
-	int rc;
-
-	if (w->wtxn) {
-		*txn = w->wtxn;
-		return 0;
-	}
-	rc = w->rtxn ? mdb_txn_renew(w->rtxn) : mdb_txn_begin(w->env, NULL, MDB_RDONLY, &w->rtxn);
-	if (rc) {
-		lmdb_warn(w, "read txn", rc);
-		return rc;
-	}
-	*txn = w->rtxn;
-	return 0;
-}
-
-static void end_read(struct worker *w, MDB_txn *txn)
-{
-	if (txn == w->rtxn)
-		mdb_txn_reset(w->rtxn);
-}
-
-/* Copy the record of @key into w->rec; ST_OK, ST_NOT_FOUND or ST_ERROR. */
-static enum status get_record(struct worker *w, MDB_txn *txn, const struct ycsb_op *op)
-{
-	MDB_val k = { op->key_len, (void *)op->key }, v;
-	int rc = mdb_get(txn, w->dbi, &k, &v);
-
-	if (rc == MDB_NOTFOUND)
-		return ST_NOT_FOUND;
-	if (rc) {
-		lmdb_warn(w, "mdb_get", rc);
-		return ST_ERROR;
-	}
-	if (v.mv_size != YCSB_RECORD_LEN) {
-		w->bad++;
-		return ST_ERROR;
-	}
-	memcpy(w->rec, v.mv_data, YCSB_RECORD_LEN);
-	if (w->cfg->verify &&
-	    ycsb_record_check(op->key, op->key_len, w->rec, YCSB_RECORD_LEN, NULL, NULL)) {
-		w->bad++;
-		return ST_ERROR;
-	}
-	return ST_OK;
-}
-
-static enum status do_read(struct worker *w, const struct ycsb_op *op)
-{
-	MDB_txn *txn;
-	enum status st;
-
-	if (begin_read(w, &txn))
-		return ST_ERROR;
-	st = get_record(w, txn, op);
-	end_read(w, txn);
-	return st;
-}
-
-static enum status do_scan(struct worker *w, const struct ycsb_op *op)
-{
-	MDB_val k = { op->key_len, (void *)op->key }, v;
-	MDB_cursor *cur;
-	MDB_txn *txn;
-	enum status st = ST_OK;
-	int rc;
-
-	if (begin_read(w, &txn))
-		return ST_ERROR;
-	rc = mdb_cursor_open(txn, w->dbi, &cur);
-	if (rc) {
-		lmdb_warn(w, "mdb_cursor_open", rc);
-		end_read(w, txn);
-		return ST_ERROR;
-	}
-	rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-	for (uint32_t n = 0; rc == 0 && n < op->scan_len; n++) {
-		if (v.mv_size != YCSB_RECORD_LEN) {
-			w->bad++;
-			st = ST_ERROR;
-			break;
-		}
-		memcpy(w->rec, v.mv_data, YCSB_RECORD_LEN);
-		if (w->cfg->verify &&
-		    ycsb_record_check(k.mv_data, k.mv_size, w->rec, YCSB_RECORD_LEN, NULL, NULL)) {
-			w->bad++;
-			st = ST_ERROR;
-			break;
-		}
-		if (n + 1 < op->scan_len)
-			rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
-	}
-	if (rc && rc != MDB_NOTFOUND) {
-		lmdb_warn(w, "mdb_cursor_get", rc);
-		st = ST_ERROR;
-	}
-	mdb_cursor_close(cur);
-	end_read(w, txn);
-	return st;
-}
-
-/* Remember a write of the open txn for --log-commits. */
-static void add_pending(struct worker *w, const struct ycsb_op *op)
-{
-	struct pending *p = &w->pend[w->npend++];
-
-	p->type = op->type;
-	p->field = op->field;
-	p->keynum = op->keynum;
-	p->version = op->version;
-	memcpy(p->key, op->key, sizeof(p->key));
-}
-
-/* UPDATE, INSERT, RMW (and the load phase's inserts) in the write txn. */
-static enum status do_write(struct worker *w, const struct ycsb_op *op)
-{
-	MDB_val k = { op->key_len, (void *)op->key }, v = { YCSB_RECORD_LEN, NULL };
-	enum status st;
-	int rc;
-
-	if (begin_write(w))
-		return ST_ERROR;
-	if (op->type == YCSB_OP_INSERT) {
-		v.mv_data = (void *)op->values;
-	} else {
-		st = get_record(w, w->wtxn, op);
-		if (st != ST_OK) {
-			/*
-			 * Nothing written: do not keep LMDB's writer lock for an
-			 * empty txn (a failed mdb_get may also have spoiled it).
-			 */
-			if (w->npend == 0 || st == ST_ERROR)
-				abort_writes(w);
-			return st;
-		}
-		if (op->field == YCSB_ALL_FIELDS)
-			memcpy(w->rec, op->values, YCSB_RECORD_LEN);
-		else
-			memcpy(w->rec + (size_t)op->field * YCSB_FIELD_LEN, op->values[op->field],
-			       YCSB_FIELD_LEN);
-		v.mv_data = w->rec;
-	}
-	rc = mdb_put(w->wtxn, w->dbi, &k, &v, 0);
-	if (rc) {
-		lmdb_warn(w, "mdb_put", rc);
-		abort_writes(w);
-		if (!w->err)
-			w->err = rc;
-		return ST_ERROR;
-	}
-	add_pending(w, op);
-	if (w->npend >= w->batch && commit(w)) {
-		if (!w->err)
-			w->err = EIO;
-		return ST_ERROR;
-	}
-	return ST_OK;
-}
-
-static enum status do_op(struct worker *w, const struct ycsb_op *op)
-{
-	switch (op->type) {
-	case YCSB_OP_READ:
-		return do_read(w, op);
-	case YCSB_OP_SCAN:
-		return do_scan(w, op);
-	default:
-		return do_write(w, op);
-	}
-}
-
-static void *run_worker(void *arg)
-{
-	struct worker *w = arg;
-
-	pthread_barrier_wait(w->start);
-	w->t_start = now_ns();
-	for (uint64_t i = 0; i < w->ops && !w->err; i++) {
-		uint64_t t0, t1;
-		enum status st;
-
-		ycsb_next_op(&w->gen, &w->op);
-		t0 = now_ns();
-		st = do_op(w, &w->op);
-		t1 = now_ns();
-		hist_add(&w->h[w->op.type], t1 - t0, st);
-	}
-	if (commit(w) && !w->err)
-		w->err = EIO;
-	if (w->rtxn)
-		mdb_txn_abort(w->rtxn);
-	w->rtxn = NULL;
-	w->t_end = now_ns();
-	return NULL;
-}
+#include "ycsb_worker.h"
 
 /* ---- phases ------------------------------------------------------------- */
 
-static struct worker *new_worker(const struct config *cfg, MDB_env *env, MDB_dbi dbi,
-				 uint64_t batch)
-{
-	struct worker *w = calloc(1, sizeof(*w));
-
-	if (!w)
-		return NULL;
-	w->pend = calloc(batch, sizeof(*w->pend));
-	if (!w->pend) {
-		free(w);
-		return NULL;
-	}
-	w->cfg = cfg;
-	w->env = env;
-	w->dbi = dbi;
-	w->batch = batch;
-	return w;
-}
-
-static void free_worker(struct worker *w)
-{
-	if (w)
-		free(w->pend);
-	free(w);
-}
-
 static int load_phase(const struct config *cfg, MDB_env *env, MDB_dbi dbi)
 {
-	struct worker *w = new_worker(cfg, env, dbi, cfg->load_batch);
+	struct worker *w = worker_new(cfg, env, dbi, cfg->load_batch);
 	uint64_t t0, t1, lost;
 	int err;
 
@@ -396,10 +73,10 @@ static int load_phase(const struct config *cfg, MDB_env *env, MDB_dbi dbi)
 
 		ycsb_load_op(i, &w->op);
 		s = now_ns();
-		st = do_write(w, &w->op);
+		st = worker_write(w, &w->op);
 		hist_add(&w->h[YCSB_OP_INSERT], now_ns() - s, st);
 	}
-	if (commit(w) && !w->err)
+	if (worker_commit(w) && !w->err)
 		w->err = EIO;
 	t1 = now_ns();
 	emit("LOAD", "Records", "%" PRIu64, cfg->records);
@@ -411,7 +88,7 @@ static int load_phase(const struct config *cfg, MDB_env *env, MDB_dbi dbi)
 	err = w->err;
 	if (lost)
 		emit("LOAD", "LostWrites", "%" PRIu64, lost);
-	free_worker(w);
+	worker_free(w);
 	return err || lost ? 1 : 0;
 }
 
@@ -435,7 +112,7 @@ static int run_phase(const struct config *cfg, MDB_env *env, MDB_dbi dbi)
 	pthread_barrier_init(&start, NULL, cfg->threads + 1);
 	for (uint32_t t = 0; t < cfg->threads; t++) {
 		struct ycsb_opts o = { 0 };
-		struct worker *w = new_worker(cfg, env, dbi, cfg->batch);
+		struct worker *w = worker_new(cfg, env, dbi, cfg->batch);
 		int rc;
 
 		if (!w) {
@@ -455,7 +132,7 @@ static int run_phase(const struct config *cfg, MDB_env *env, MDB_dbi dbi)
 			exit(1);
 		}
 		ws[t] = w;
-		rc = pthread_create(&tids[t], NULL, run_worker, w);
+		rc = pthread_create(&tids[t], NULL, worker_run, w);
 		if (rc) {
 			fprintf(stderr, "ycsb_lmdb: pthread_create: %s\n", strerror(rc));
 			exit(1);
@@ -498,7 +175,7 @@ static int run_phase(const struct config *cfg, MDB_env *env, MDB_dbi dbi)
 	if (bad)
 		ret = 1;
 	for (uint32_t t = 0; t < started; t++)
-		free_worker(ws[t]);
+		worker_free(ws[t]);
 	pthread_barrier_destroy(&start);
 	free(ws);
 	free(tids);
@@ -555,94 +232,6 @@ static int check_db(const struct config *cfg, MDB_env *env, MDB_dbi dbi)
 	return bad || rc != MDB_NOTFOUND ? 1 : 0;
 }
 
-/* ---- the environment: plain files or a PMO ------------------------------ */
-
-#ifdef YCSB_WITH_PMO
-/* The libpmo backend; it holds a copy of the key until pmo_release(). */
-static MDB_pmo_ops pmo_ops;
-static int pmo_ready;
-#endif
-
-/* After the last mdb_env_close(): wipe the backend's key copy. */
-static void pmo_release(void)
-{
-#ifdef YCSB_WITH_PMO
-	if (pmo_ready)
-		mdb_pmo_libpmo_free(&pmo_ops);
-	pmo_ready = 0;
-#endif
-}
-
-static int open_env(const struct config *cfg, MDB_env **envp, MDB_dbi *dbi,
-		    char key[KEY_FILE_MAX + 1])
-{
-	MDB_env *env;
-	MDB_txn *txn;
-	unsigned int flags = MDB_NOTLS | (cfg->nosync ? MDB_NOSYNC : 0);
-	int rc;
-
-	(void)key;
-	rc = mdb_env_create(&env);
-	if (rc) {
-		fprintf(stderr, "ycsb_lmdb: mdb_env_create: %s\n", mdb_strerror(rc));
-		return 1;
-	}
-	rc = mdb_env_set_mapsize(env, (size_t)cfg->map_size);
-	if (!rc)
-		rc = mdb_env_set_maxreaders(env, cfg->threads + 2);
-	if (rc) {
-		fprintf(stderr, "ycsb_lmdb: mdb_env_set: %s\n", mdb_strerror(rc));
-		mdb_env_close(env);
-		return 1;
-	}
-	if (cfg->pmo_keyfile) {
-#ifdef YCSB_WITH_PMO
-		if (read_key(cfg->pmo_keyfile, key)) {
-			mdb_env_close(env);
-			return 1;
-		}
-		rc = mdb_pmo_libpmo(&pmo_ops, key);
-		memset(key, 0, KEY_FILE_MAX + 1);
-		if (!rc) {
-			pmo_ready = 1;
-			rc = mdb_env_set_pmo(env, &pmo_ops);
-		}
-		if (rc) {
-			fprintf(stderr, "ycsb_lmdb: PMO backend: %s\n", mdb_strerror(rc));
-			mdb_env_close(env);
-			return 1;
-		}
-#else
-		fprintf(stderr, "ycsb_lmdb: built without PMO support (make host): use --file\n");
-		mdb_env_close(env);
-		return 1;
-#endif
-	}
-	if (mkdir(cfg->dir, 0755) && errno != EEXIST) {
-		fprintf(stderr, "ycsb_lmdb: mkdir %s: %s\n", cfg->dir, strerror(errno));
-		mdb_env_close(env);
-		return 1;
-	}
-	rc = mdb_env_open(env, cfg->dir, flags, 0644);
-	if (!rc) {
-		rc = mdb_txn_begin(env, NULL, 0, &txn);
-		if (!rc) {
-			rc = mdb_dbi_open(txn, NULL, 0, dbi);
-			if (rc)
-				mdb_txn_abort(txn);
-			else
-				rc = mdb_txn_commit(txn);
-		}
-	}
-	if (rc) {
-		fprintf(stderr, "ycsb_lmdb: open %s: %s\n", cfg->dir, mdb_strerror(rc));
-		mdb_env_close(env);
-		return 1;
-	}
-	*envp = env;
-	return 0;
-}
-
 /* ---- main --------------------------------------------------------------- */
 
 /* The run's settings as the first rows of the CSV file. */
@@ -675,8 +264,8 @@ int main(int argc, char **argv)
 		if (!cfg.check)
 			csv_config(&cfg);
 	}
-	if (open_env(&cfg, &env, &dbi, key)) {
-		pmo_release();
+	if (env_open(&cfg, &env, &dbi, key)) {
+		env_release();
 		return 1;
 	}
 	if (cfg.check) {
@@ -690,7 +279,7 @@ int main(int argc, char **argv)
 			mdb_env_sync(env, 1);
 	}
 	mdb_env_close(env);
-	pmo_release();
+	env_release();
 	rc = emit_close_csv();
 	if (rc) {
 		fprintf(stderr, "ycsb_lmdb: %s: %s\n", cfg.csv, strerror(-rc));

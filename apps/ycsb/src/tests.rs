@@ -3,6 +3,7 @@
 //! Expected values are computed here independently (own FNV, own zeta sums), not by asking
 //! the C code.
 
+use super::generator::check_layout;
 use super::*;
 use std::collections::{HashMap, HashSet};
 

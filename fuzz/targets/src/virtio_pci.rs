@@ -19,8 +19,8 @@ use locked::Locked;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use pmovmm::pci::virtio::{VirtioPci, NO_VECTOR};
-use pmovmm::pci::PciDevice;
+use pci::virtio::{VirtioPci, NO_VECTOR};
+use pci::PciDevice;
 use virtio_devices::{
     ActivateContext, ActivateError, InterruptKind, VirtioDevice, VirtioInterrupt,
     VIRTIO_F_VERSION_1,

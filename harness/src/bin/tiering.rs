@@ -3,134 +3,45 @@
 //! each placement policy, interleaved in rounds; writes tiering.{md,csv} (the plot is drawn
 //! from the CSV by scripts/plot_tiering.py; scripts/tiering.sh runs both).
 //!
-//! Usage: `pmo-tiering [--pages N] [--ops N] [--threads N] [--rounds R]
-//! [--budgets 50,25,..] [--policies hotness,fifo] [--patterns hotset,zipfian]
-//! [--cache-mib N] [--latency-ns N] [--out DIR]`
+//! Usage: `pmo-tiering --help`; the options are `pmo_harness::cli::tiering::TieringArgs`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use pmo_harness::tiering::access::{Pages, Pattern};
+use clap::Parser;
+use pmo_harness::cli::tiering::TieringArgs;
+use pmo_harness::errln;
+use pmo_harness::tiering::access::Pages;
 use pmo_harness::tiering::report::{self, Measured};
 use pmo_harness::tiering::{media_has_marker, TierEnv, TieringError, Variant};
 
-/// Errors of the command line.
+/// Errors of a run (a bad command line is clap's: usage on stderr, exit status 2).
 #[derive(Debug, thiserror::Error)]
 enum CliError {
-    #[error("unknown argument {0:?} (see the usage in docs/tiering.md)")]
-    Unknown(String),
-    #[error("{0} needs a value")]
-    Missing(&'static str),
-    #[error("bad value {1:?} for {0}")]
-    Bad(&'static str, String),
     #[error("{0}")]
     Run(#[from] TieringError),
     #[error("write {0}: {1}")]
     Write(PathBuf, std::io::Error),
 }
 
-struct Args {
-    pages: u64,
-    ops: u64,
-    threads: usize,
-    rounds: usize,
-    budgets: Vec<f64>,
-    policies: Vec<&'static str>,
-    patterns: Vec<Pattern>,
-    cache_mib: u64,
-    latency_ns: u64,
-    out: PathBuf,
-}
-
-fn parse() -> Result<Args, CliError> {
-    let mut a = Args {
-        pages: 4096,
-        ops: 400_000,
-        threads: 2,
-        rounds: 3,
-        budgets: vec![100.0, 50.0, 25.0, 12.5],
-        policies: vec!["hotness", "fifo"],
-        patterns: vec![Pattern::HotSet, Pattern::Zipfian],
-        cache_mib: 4,
-        latency_ns: cxl_t3::expander::DEFAULT_MEDIA_LATENCY_NS,
-        out: PathBuf::from("target/tiering"),
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let flag: &'static str = match arg.as_str() {
-            "--pages" => "--pages",
-            "--ops" => "--ops",
-            "--threads" => "--threads",
-            "--rounds" => "--rounds",
-            "--budgets" => "--budgets",
-            "--policies" => "--policies",
-            "--patterns" => "--patterns",
-            "--cache-mib" => "--cache-mib",
-            "--latency-ns" => "--latency-ns",
-            "--out" => "--out",
-            _ => return Err(CliError::Unknown(arg)),
-        };
-        let v = it.next().ok_or(CliError::Missing(flag))?;
-        let bad = || CliError::Bad(flag, v.clone());
-        let num = |lo: u64, hi: u64| {
-            v.parse::<u64>()
-                .ok()
-                .filter(|n| (lo..=hi).contains(n))
-                .ok_or_else(bad)
-        };
-        match flag {
-            "--pages" => a.pages = num(16, 1 << 20)?,
-            "--ops" => a.ops = num(1, 1 << 40)?,
-            "--threads" => a.threads = num(1, 64)? as usize,
-            "--rounds" => a.rounds = num(1, 100)? as usize,
-            "--cache-mib" => a.cache_mib = num(1, 1 << 16)?,
-            "--latency-ns" => a.latency_ns = num(0, 10_000_000)?,
-            "--out" => a.out = PathBuf::from(&v),
-            "--budgets" => {
-                a.budgets = v
-                    .split(',')
-                    .map(|b| b.parse::<f64>().ok().filter(|b| *b > 0.0 && *b <= 100.0))
-                    .collect::<Option<_>>()
-                    .ok_or_else(bad)?
-            }
-            "--policies" => {
-                a.policies = v
-                    .split(',')
-                    .map(|p| match p {
-                        "hotness" => Some("hotness"),
-                        "fifo" => Some("fifo"),
-                        _ => None,
-                    })
-                    .collect::<Option<_>>()
-                    .ok_or_else(bad)?
-            }
-            _ => {
-                a.patterns = v
-                    .split(',')
-                    .map(Pattern::parse)
-                    .collect::<Option<_>>()
-                    .ok_or_else(bad)?
-            }
-        }
-    }
-    Ok(a)
-}
-
-fn run() -> Result<bool, CliError> {
-    let a = parse()?;
+fn run(a: &TieringArgs) -> Result<bool, CliError> {
     let mut variants = vec![Variant::AllDram];
     for &b in &a.budgets {
         for &policy in &a.policies {
             variants.push(Variant::Budget {
-                policy,
+                policy: policy.name(),
                 fraction: b / 100.0,
             });
         }
     }
     let mut env = TierEnv::new(a.pages * 4096, a.cache_mib << 20, a.latency_ns)?;
-    eprintln!(
+    errln!(
         "pmo-tiering: {} pages, {} accesses on {} threads, {} rounds; {}",
-        a.pages, a.ops, a.threads, a.rounds, env.medium
+        a.pages,
+        a.ops,
+        a.threads,
+        a.rounds,
+        env.medium
     );
     let mut all = Vec::new();
     for round in 0..a.rounds {
@@ -141,7 +52,7 @@ fn run() -> Result<bool, CliError> {
             for i in 0..variants.len() {
                 let variant = variants[(i + round) % variants.len()];
                 let cell = env.run_cell(&pages, a.pages, a.ops, a.threads, variant, seed)?;
-                eprintln!(
+                errln!(
                     "round {round} {} {}: {:.3} s, {} faults, {} promotions, {} demotions",
                     pattern.name(),
                     variant.label(),
@@ -173,7 +84,7 @@ fn run() -> Result<bool, CliError> {
         report::markdown(&rows),
         targets.join("\n")
     );
-    print!("{md}");
+    pmo_harness::cli::out(&md);
     std::fs::create_dir_all(&a.out).map_err(|e| CliError::Write(a.out.clone(), e))?;
     for (name, text) in [("tiering.md", md), ("tiering.csv", report::csv(&all))] {
         let path = a.out.join(name);
@@ -183,11 +94,12 @@ fn run() -> Result<bool, CliError> {
 }
 
 fn main() -> ExitCode {
-    match run() {
+    let a = TieringArgs::parse();
+    match run(&a) {
         // A missed target is a result (reported as MISS), not a failure of the tool.
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("pmo-tiering: {e}");
+            errln!("pmo-tiering: {e}");
             ExitCode::FAILURE
         }
     }

@@ -455,7 +455,7 @@ impl Report {
         }
         if micro && !self.cxl {
             let _ = writeln!(s, "## Targets (issue 5; with integrity, 1 thread)\n");
-            for (t, ok) in self.targets() {
+            for (t, ok) in targets::micro(self) {
                 let _ = writeln!(s, "- **{}** {t}", if ok { "PASS" } else { "MISS" });
             }
             let _ = writeln!(s);
@@ -464,7 +464,7 @@ impl Report {
         let apps = if self.cxl {
             Vec::new()
         } else {
-            self.app_targets()
+            targets::apps(self)
         };
         if !apps.is_empty() {
             let _ = writeln!(

@@ -49,7 +49,7 @@ fn normalization_and_targets() {
     };
     assert_eq!(rep.norm(&rep.rows[0]), Some(2.0));
     assert_eq!(rep.rows[0].fault(), 300);
-    let t = rep.targets();
+    let t = super::targets::micro(&rep);
     // seq metrics at d4 pass; adaptive +4% passes; wedi/best = 4.0 passes.
     assert!(t.iter().all(|(_, ok)| *ok), "{t:?}");
     assert!(t[0].0.contains("d4"));
@@ -61,7 +61,7 @@ fn normalization_and_targets() {
     slow.rows[6].b.workload_ns = 200;
     slow.rows[6].round_totals = vec![200];
     slow.rows[0].b.workload_ns = 150;
-    let t = slow.targets();
+    let t = super::targets::micro(&slow);
     assert!(!t[1].1, "adaptive 2x the best depth must miss");
     assert!(!t[2].1, "wedi only 1.5x must miss");
 }

@@ -12,20 +12,11 @@ pub enum Pattern {
 }
 
 impl Pattern {
-    /// Name in reports and on the command line.
+    /// Name in reports and on the command line (`crate::cli::tiering` parses it).
     pub fn name(self) -> &'static str {
         match self {
             Pattern::HotSet => "hotset",
             Pattern::Zipfian => "zipfian",
-        }
-    }
-
-    /// Parses a name of [`Pattern::name`].
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "hotset" => Some(Pattern::HotSet),
-            "zipfian" => Some(Pattern::Zipfian),
-            _ => None,
         }
     }
 }

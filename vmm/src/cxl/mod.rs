@@ -24,15 +24,16 @@ use cxl_t3::lsa::{Lsa, LsaError};
 use cxl_t3::mailbox::{Commands, Health, MailboxError};
 use cxl_t3::regs::{self, DeviceRegs};
 use cxl_t3::WorkingArea;
+use pci::config::{BarKind, ConfigError, PciConfig, PciIds};
+use pci::root_port::RootPort;
+use pci::PciDevice;
 use pmo_store::crypto::{ExtentKeyring, RangeCipher};
 use pmo_store::medium::Medium;
 use zeroize::Zeroizing;
 
 use crate::config::{CxlT3Config, PmoOnCxl};
 use crate::layout;
-use crate::pci::config::{BarKind, ConfigError, PciConfig, PciIds};
-use crate::pci::root_port::RootPort;
-use crate::pci::{PciDevice, PciError, PciRoot};
+use crate::pci_root::{PciError, PciRoot};
 use crate::vm::SlotMapper;
 
 mod decoders;

@@ -5,38 +5,18 @@
 //! bridge) or behind a root port; a config cycle for a bus that is no root
 //! bus goes to the function behind the port whose secondary bus it is, as
 //! the guest has programmed it.
-
-pub mod config;
-pub mod msix;
-pub mod root_port;
-pub mod virtio;
+//!
+//! The functions themselves (config space, MSI-X, the root port, the virtio-pci transport) are
+//! the `pci` crate's; this is the machine's side: where config cycles and BAR accesses arrive
+//! on its buses and which function they go to.
 
 use locked::Locked;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use crate::bus::{Bus, BusDevice, BusError};
-use config::{PciConfig, PciIds};
-
-/// A PCI function as the root complex sees it.
-pub trait PciDevice: Send {
-    /// The function's configuration space (the root reads it directly).
-    fn config(&self) -> &PciConfig;
-    /// Guest config write; devices override it to react to their capabilities.
-    fn config_write(&mut self, reg: usize, offset: usize, data: &[u8]);
-    /// Guest read within a BAR; a function without BARs never sees one.
-    fn bar_read(&mut self, _bar: usize, _offset: u64, data: &mut [u8]) {
-        data.fill(0xff);
-    }
-    /// Guest write within a BAR.
-    fn bar_write(&mut self, _bar: usize, _offset: u64, _data: &[u8]) {}
-    /// The guest moved, enabled (`old` is `None`) or disabled (`new` is `None`) a BAR.
-    fn bar_moved(&mut self, _bar: usize, _old: Option<u64>, _new: Option<u64>) {}
-    /// For a bridge: the bus number behind it, as the guest programmed it.
-    fn secondary_bus(&self) -> Option<u8> {
-        None
-    }
-}
+use pci::config::{PciConfig, PciIds};
+use pci::PciDevice;
 
 /// Errors building the PCI topology.
 #[derive(Debug, thiserror::Error)]
@@ -403,7 +383,7 @@ impl BusDevice for PioConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use config::BarKind;
+    use pci::config::BarKind;
 
     struct Probe {
         config: PciConfig,
@@ -492,7 +472,7 @@ mod tests {
     fn config_cycles_reach_functions_behind_a_root_port() {
         let mmio = Arc::new(Bus::new());
         let mut root = PciRoot::new(mmio.clone());
-        let port = Arc::new(Mutex::new(root_port::RootPort::new(
+        let port = Arc::new(Mutex::new(pci::root_port::RootPort::new(
             0x80,
             0x81,
             0xd000_0000,

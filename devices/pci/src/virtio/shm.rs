@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use locked::Locked;
 use virtio_devices::{ShmMapError, ShmMapper, ShmMapping};
 
-use crate::vm::{MemSlot, SlotMapper};
+use crate::{GuestSlot, GuestSlots};
 
 /// One shared memory region's place in the BAR.
 #[derive(Clone, Copy, Debug)]
@@ -32,22 +32,22 @@ struct Runtime {
     host: u64,
     len: u64,
     read_only: bool,
-    slot: Option<MemSlot>,
+    slot: Option<GuestSlot>,
 }
 
 /// Every mapping of the BAR; shared between the transport and the device's [`ShmMapper`].
 pub(super) struct ShmTable {
-    mapper: SlotMapper,
+    mapper: Box<dyn GuestSlots>,
     regions: Vec<Region>,
     /// Guest address of the BAR, while the guest has placed it.
     base: Option<u64>,
-    fixed: Vec<MemSlot>,
+    fixed: Vec<GuestSlot>,
     runtime: BTreeMap<u64, Runtime>,
     next_id: u64,
 }
 
 impl ShmTable {
-    pub fn new(mapper: SlotMapper, regions: Vec<Region>) -> Arc<Mutex<Self>> {
+    pub fn new(mapper: Box<dyn GuestSlots>, regions: Vec<Region>) -> Arc<Mutex<Self>> {
         Arc::new(Mutex::new(Self {
             mapper,
             regions,
@@ -191,11 +191,87 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::vm::Vm;
+    use kvm_bindings::{kvm_userspace_memory_region, KVM_MEM_READONLY};
+    use kvm_ioctls::{Kvm, VmFd};
 
     const MB: u64 = 1 << 20;
-    /// A guest-physical address far above the test VM's RAM.
+    /// A guest-physical address far above anything else in the test VM.
     const BAR: u64 = 1 << 36;
+
+    /// Real KVM memslots on a bare VM, made as pmovmm's `SlotMapper` makes them.
+    struct KvmSlots {
+        vm: Arc<VmFd>,
+        free: Arc<Mutex<Vec<u32>>>,
+    }
+
+    /// One memslot; dropping it deletes the slot.
+    struct KvmSlot {
+        vm: Arc<VmFd>,
+        free: Arc<Mutex<Vec<u32>>>,
+        slot: u32,
+    }
+
+    impl KvmSlots {
+        fn new() -> Self {
+            KvmSlots {
+                vm: Arc::new(Kvm::new().unwrap().create_vm().unwrap()),
+                free: Arc::new(Mutex::new((0..32).rev().collect())),
+            }
+        }
+    }
+
+    /// Sets (or, with `len` 0, deletes) memslot `slot`.
+    ///
+    /// # Safety
+    /// The host range must stay mapped while the slot exists.
+    unsafe fn set(
+        vm: &VmFd,
+        slot: u32,
+        gpa: u64,
+        host: u64,
+        len: u64,
+        read_only: bool,
+    ) -> Result<(), kvm_ioctls::Error> {
+        let region = kvm_userspace_memory_region {
+            slot,
+            flags: if read_only { KVM_MEM_READONLY } else { 0 },
+            guest_phys_addr: gpa,
+            memory_size: len,
+            userspace_addr: host,
+        };
+        // SAFETY: forwarded from the caller's guarantee.
+        unsafe { vm.set_user_memory_region(region) }
+    }
+
+    impl GuestSlots for KvmSlots {
+        unsafe fn map(
+            &self,
+            gpa: u64,
+            host_addr: u64,
+            len: u64,
+            read_only: bool,
+        ) -> Result<GuestSlot, crate::SlotError> {
+            let slot = self.free.locked().pop().ok_or("no free memslot")?;
+            // SAFETY: the caller keeps the host range mapped while the slot lives.
+            if let Err(e) = unsafe { set(&self.vm, slot, gpa, host_addr, len, read_only) } {
+                self.free.locked().push(slot);
+                return Err(e.into());
+            }
+            Ok(Box::new(KvmSlot {
+                vm: self.vm.clone(),
+                free: self.free.clone(),
+                slot,
+            }))
+        }
+    }
+
+    impl Drop for KvmSlot {
+        fn drop(&mut self) {
+            // SAFETY: a zero-sized region deletes the slot; no host memory is referenced.
+            unsafe { set(&self.vm, self.slot, 0, 0, 0, false) }.unwrap();
+            self.free.locked().push(self.slot);
+        }
+    }
 
     /// Anonymous memory the test's memslots point at.
     struct Host(*mut libc::c_void, usize);
@@ -238,11 +314,10 @@ mod tests {
     /// so a mapping left behind would show as a missing slot), and go when dropped.
     #[test]
     fn run_time_mappings_follow_the_bar_and_go_when_dropped() {
-        let vm = Vm::new(64 * MB).unwrap();
         let fixed = Host::new(4 * MB);
         let extra = Host::new(8 * MB);
         let table = ShmTable::new(
-            vm.slot_mapper(),
+            Box::new(KvmSlots::new()),
             vec![Region {
                 offset: 0,
                 host: fixed.addr(0),

@@ -4,7 +4,7 @@
 //!
 //! Firmware-style, the bus numbers and the memory window are preset, so
 //! the guest finds everything configured and keeps it. The port forwards
-//! nothing by itself: config cycles are routed by [`super::PciRoot`] from
+//! nothing by itself: config cycles are routed by the VMM's root complex from
 //! the secondary bus number, and BARs are mapped directly on the MMIO bus.
 
 use super::config::{PciConfig, PciIds};

@@ -30,7 +30,7 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use super::config::{BarKind, PciConfig, PciIds};
 use super::msix::{Msix, SharedMsix};
 use super::PciDevice;
-use crate::vm::SlotMapper;
+use crate::GuestSlots;
 use shm::{Region, ShmTable, TableMapper};
 
 mod activate;
@@ -146,7 +146,7 @@ impl VirtioPci {
         dev: Box<dyn VirtioDevice>,
         vm: Arc<VmFd>,
         mem: GuestMemoryMmap,
-        mapper: Option<SlotMapper>,
+        mapper: Option<Box<dyn GuestSlots>>,
     ) -> Result<Self, VirtioPciError> {
         Self::build(dev, Some(vm), mem, mapper)
     }
@@ -167,7 +167,7 @@ impl VirtioPci {
         mut dev: Box<dyn VirtioDevice>,
         vm: Option<Arc<VmFd>>,
         mem: GuestMemoryMmap,
-        mapper: Option<SlotMapper>,
+        mapper: Option<Box<dyn GuestSlots>>,
     ) -> Result<Self, VirtioPciError> {
         let nq = dev.queue_max_sizes().len();
         if nq >= 1024 {

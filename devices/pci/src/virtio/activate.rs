@@ -2,7 +2,7 @@
 //! through this transport's MSI-X vectors, and taking them back.
 
 use super::{VirtioPci, NOTIFY_MULTIPLIER, NOTIFY_OFFSET, NO_VECTOR, STATUS_FAILED};
-use crate::pci::msix::SharedMsix;
+use crate::msix::SharedMsix;
 use locked::Locked;
 use std::sync::atomic::{AtomicU16, AtomicU8, Ordering};
 use std::sync::Arc;
