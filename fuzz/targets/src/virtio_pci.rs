@@ -1,4 +1,4 @@
-//! The virtio-pci transport (`vmm/src/pci/virtio/mod.rs`, `vmm/src/pci/msix.rs`) driven as
+//! The virtio-pci transport (`devices/pci/src/virtio/mod.rs`, `devices/pci/src/msix.rs`) driven as
 //! a guest drives it: PCI config space (MSI-X control, BARs), the common
 //! configuration, ISR, device configuration and notify regions of BAR0, and
 //! the MSI-X table and pending bits, in front of a recording device.

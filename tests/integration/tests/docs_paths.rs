@@ -75,7 +75,8 @@ fn documents(files: &BTreeSet<String>) -> Vec<String> {
         .collect()
 }
 
-/// `a/{b,c}/d.rs` -> `a/b/d.rs`, `a/c/d.rs` (one level of braces, possibly several groups).
+/// Expands alternatives: a/{b,c}/d.rs gives a/b/d.rs and a/c/d.rs (one level of braces, possibly
+/// several groups).
 fn expand(token: &str) -> Vec<String> {
     let (Some(open), Some(close)) = (token.find('{'), token.find('}')) else {
         return vec![token.to_string()];

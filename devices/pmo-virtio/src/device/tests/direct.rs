@@ -2,7 +2,7 @@
 //! mapped into the guest as the expander's own memory. A real expander, store and
 //! userfaultfd; host threads store through the working copy's host mapping as a vCPU would
 //! through its memslot. The mapper records what the device asks the transport to map (the
-//! transport's KVM side is tested in `vmm/src/pci/virtio/shm.rs`).
+//! transport's KVM side is tested in `devices/pci/src/virtio/shm.rs`).
 
 use super::*;
 use cxl_t3::expander::{CxlMedium, Expander, ExpanderConfig};
