@@ -21,8 +21,9 @@
 //!    name, at or below that commit, is an old copy: the name is refused.
 //!
 //! A refused name is kept out of the catalog (attach, destroy and create of it fail with
-//! `StoreError::Refused`) and its slot out of the free list; its extent stays reserved when its
-//! record gives one. A record ahead of its entry that no rule refuses is a commit a crash kept
+//! `StoreError::Refused`) and its slots out of the free list (also a free record of that name,
+//! which may be the PMO's own record with an edited state); its extent stays reserved when a
+//! record gives one and it overlaps nothing live. A record ahead of its entry that no rule refuses is a commit a crash kept
 //! from the anchor: the anchor catches up with it.
 
 use crate::anchor::AnchorEntry;
@@ -266,8 +267,13 @@ pub(crate) fn admit(slots: Vec<Slot>, anchor: Option<&[AnchorEntry]>) -> Admissi
             Slot::Blank => {
                 a.free_slots.insert(i, (0, 1));
             }
+            // A free record of a refused name may be that PMO's record with its state edited
+            // (rule 5): neither its slot nor its extent is handed out before repair.
+            Slot::Free { rec, .. } if a.refused.contains_key(&rec.name) => {
+                a.refused_extents.push((rec.ext_off, rec.ext_len));
+            }
             Slot::Free { rec, copy } => {
-                if ahead(&rec) && !a.refused.contains_key(&rec.name) {
+                if ahead(&rec) {
                     a.catch_up.push((i, AnchorEntry::of(&rec)));
                 }
                 a.free_slots.insert(i, (rec.seq, copy));

@@ -284,6 +284,36 @@ fn damaging_a_pmos_slot_under_an_anchor_refuses_it_by_name() {
     ));
 }
 
+/// A live PMO's record marked free (the state byte is outside the MAC; the checksum is
+/// recomputed): before, the PMO vanished silently and its slot and extent were handed to the
+/// next create. Under an anchor it is refused by name and neither is reused.
+#[test]
+fn marking_a_pmo_free_under_an_anchor_refuses_it_by_name() {
+    use pmo_store::record::{arbitrate, SlotContent};
+    use pmo_store::PmoState;
+    let dir = Dir::new("marked-free");
+    let (m, s) = anchored_store(&dir.anchor());
+    s.create_pmo("p", NP * PAGE as u64, &key("k")).unwrap();
+    psync_page0(&s, "p", 1);
+    let (slot, (_, e1)) = (slot_of(&s, "p"), extent_of(&s, "p"));
+    let mut img = m.snapshot();
+    drop(s);
+    let at = slot_bytes_of(slot);
+    let SlotContent::Valid { mut rec, copy } = arbitrate(&img[at.clone()]) else {
+        panic!("no record");
+    };
+    rec.state = PmoState::Free;
+    let raw = rec.encode();
+    let half = at.start + usize::from(copy) * (SLOT_SIZE as usize / 2);
+    img[half..half + raw.len()].copy_from_slice(&raw);
+    refused_under_anchor(img.clone(), &dir.anchor(), "marks it destroyed");
+    let (s, _) = open(img, Some(&dir.anchor())).unwrap();
+    s.create_pmo("q", NP * PAGE as u64, &key("k")).unwrap();
+    let q = s.list().into_iter().find(|i| i.name == "q").unwrap();
+    assert_ne!(q.slot, slot, "q took p's slot");
+    assert!(q.extent.0 as usize >= e1, "q took p's extent");
+}
+
 /// What honest use leaves behind opens clean under an anchor: commits a crash kept from the
 /// anchor (a psync, a create, a destroy: emulated by putting the anchor from before them
 /// back) are caught up, not refused; a name destroyed and created again, in its old slot or

@@ -133,6 +133,9 @@ fn the_anchor_refuses_what_its_names_contradict_and_catches_up_the_rest() {
     assert!(a.refused["d"].contains("where the anchor has it destroyed"));
     assert!(a.refused["e"].contains("an old copy"), "{}", a.refused["e"]);
     assert_eq!(admitted(&a), [(6, "g"), (8, "i")]);
+    // The free records of refused names (c's, its state perhaps edited; e's) keep their
+    // slots; h's and j's are free.
+    assert_eq!(a.free_slots.keys().copied().collect::<Vec<_>>(), [7, 9]);
     let caught: Vec<(u32, &str, u64, bool)> = a
         .catch_up
         .iter()
