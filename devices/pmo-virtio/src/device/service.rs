@@ -69,6 +69,7 @@ pub(super) fn store_status(e: &StoreError) -> Status {
         StoreError::Integrity { .. } | StoreError::Corrupt { .. } => Status::BadMsg,
         StoreError::ReadOnly => Status::Perm,
         StoreError::TableFull | StoreError::Alloc(_) => Status::NoSpc,
+        StoreError::Refused { .. } => Status::Stale,
         _ => Status::Io,
     }
 }
@@ -99,6 +100,7 @@ impl PmoService {
             blank,
             cfg.store_options.clone(),
             cfg.test_kill_in_psync,
+            None,
         )?;
         Self::start(cfg, store, kill_hook)
     }

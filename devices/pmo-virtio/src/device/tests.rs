@@ -6,6 +6,7 @@ use super::*;
 
 mod direct;
 mod race;
+mod refused;
 
 use crate::proto::{
     key_field, name_field, request, OP_ATTACH, OP_CREATE, OP_DESTROY, OP_DETACH, OP_PSYNC, OP_STAT,
