@@ -135,7 +135,12 @@ static void pmo_dev_free(struct kref *ref)
 	kfree(pd);
 }
 
-/* Only the status values the protocol defines reach user space. */
+/*
+ * Only the status values the protocol defines reach user space.  ESTALE
+ * (VIRTIO_PMO_S_STALE) is the host refusing a PMO whose stored record may be
+ * an old copy: "stale" is what it means, and no other PMO error uses it, so
+ * a program can tell it from a wrong key (EACCES) or a failed page (EBADMSG).
+ */
 static int pmo_status_errno(u32 status)
 {
 	switch (status) {
@@ -151,6 +156,7 @@ static int pmo_status_errno(u32 status)
 	case ENAMETOOLONG:
 	case EPROTO:
 	case EBADMSG:
+	case ESTALE:
 		return -(int)status;
 	case VIRTIO_PMO_S_NOSYS:
 		return -EOPNOTSUPP;

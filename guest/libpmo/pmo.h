@@ -26,6 +26,9 @@
  *                 check on the host (psync() persisted nothing: the PMO stays as
  *                 of its last good psync; detach() did detach and unmap);
  *                 allocator calls: the heap header or a block is corrupted
+ *   ESTALE        the host refused the PMO when it opened the store: its stored
+ *                 record may be an old copy (damaged, duplicated, or contradicted
+ *                 by the rollback anchor); nothing of it is used until repaired
  *   EPERM         write access refused by the device
  *   EROFS         allocator call that writes, on a read-only attachment
  *   ENODEV        /dev/pmo is missing (driver not loaded), or the device was

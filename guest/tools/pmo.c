@@ -38,6 +38,13 @@ static void usage(void)
 
 static int fail(const char *what, int err)
 {
+	if (err == ESTALE) {
+		/* The host refused the PMO when it opened the store. */
+		fprintf(stderr,
+			"pmo: %s %s: refused by the host: its stored record may be an old copy (damaged, duplicated or behind the rollback anchor); see the host log\n",
+			cmd, what);
+		return 1;
+	}
 	fprintf(stderr, "pmo: %s %s: %s\n", cmd, what, strerror(err));
 	return 1;
 }

@@ -42,6 +42,10 @@ pub enum Failure {
     /// A page failed verification, or the PMO's metadata did: the attachment failed.
     #[error("integrity check failed")]
     Integrity,
+    /// The store refused the PMO at open: its record was damaged, duplicated or older than
+    /// the rollback anchor knows it (docs/store.md, "Admission").
+    #[error("refused by the host's store")]
+    Stale,
 }
 
 impl Failure {
@@ -60,6 +64,7 @@ impl Failure {
             Failure::NoSpace => libc::ENOSPC,
             Failure::NameTooLong => libc::ENAMETOOLONG,
             Failure::Integrity => libc::EBADMSG,
+            Failure::Stale => libc::ESTALE,
         }
     }
 }
@@ -79,6 +84,7 @@ impl From<&StoreError> for Failure {
             StoreError::Integrity { .. } | StoreError::Corrupt { .. } => Failure::Integrity,
             StoreError::ReadOnly => Failure::NotPermitted,
             StoreError::TableFull | StoreError::Alloc(_) => Failure::NoSpace,
+            StoreError::Refused { .. } => Failure::Stale,
             // A whole-PMO design's plaintext copy of a PMO too large for it.
             StoreError::TooLargeForDesign { .. } => Failure::NoMemory,
             _ => Failure::Io,

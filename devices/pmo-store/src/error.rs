@@ -104,6 +104,16 @@ pub enum StoreError {
     /// The rollback anchor refused the store or could not be updated.
     #[error(transparent)]
     Anchor(#[from] AnchorError),
+    /// Open refused this PMO: its table slot is damaged or invalid, another slot holds the same
+    /// name, its extent overlaps another PMO's, or its rollback anchor says the record is not
+    /// the current one (docs/store.md, "Admission"). Its data is left alone for repair.
+    #[error("PMO {name:?} is refused until repaired: {why}")]
+    Refused {
+        /// PMO name.
+        name: String,
+        /// What open found.
+        why: String,
+    },
     /// A keyless record write would have changed a field bound under the record MAC (a bug).
     #[error("internal: keyless write of a bound record field")]
     BoundFieldChanged,

@@ -20,6 +20,7 @@
 //! after its tag and tree path verified; every metadata update is a crash-atomic record write;
 //! psync commits through a redo journal in the journal area.
 
+mod admit;
 mod alloc;
 pub mod anchor;
 mod codec;
@@ -46,7 +47,7 @@ pub use session::{DetachHandle, Session};
 pub use superblock::SuperblockError;
 pub use tree::TreeError;
 
-pub use anchor::{Anchor, AnchorError};
+pub use anchor::{Anchor, AnchorEntry, AnchorError};
 pub use error::StoreError;
 pub use options::{CreateOptions, OpenOptions, Perm, PmoInfo, StoreOptions};
 pub(crate) use state::{Catalog, ExtentGeometry, Holders, LivePmo, LiveRecord, StoreState};

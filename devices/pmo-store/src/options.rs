@@ -50,6 +50,11 @@ pub struct OpenOptions {
     pub anchor: Option<PathBuf>,
     /// As [`StoreOptions::kdf`].
     pub kdf: KdfParams,
+    /// The store's length, when the opener knows it (a store file spans its whole file):
+    /// a superblock that says otherwise was edited, and the store is refused. `None`: the
+    /// superblock's length is taken as long as it fits the medium (a store on part of an
+    /// expander's media, whose rest is the working area).
+    pub len: Option<u64>,
 }
 
 /// Options for creating a PMO.

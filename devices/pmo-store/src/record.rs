@@ -6,7 +6,8 @@
 //!
 //! The checksum is unkeyed: it catches torn writes, not an attacker, who can recompute it. What an
 //! attacker must not change is carried by the **record MAC**, keyed by the PMO's key: every field
-//! that decides how pages are encrypted and checked or what the PMO is ([`Record::bound_bytes`]).
+//! that decides how pages are encrypted and checked or what the PMO is, the table slot the
+//! record belongs in, and whether it is destroyed ([`Record::bound_bytes`]).
 //! Keyless recovery changes only the fields outside it (sequence, state, journal, journal area mark), and
 //! [`LiveRecord`] makes that a checked rule rather than a convention.
 
@@ -17,7 +18,7 @@ use super::StoreError;
 use crate::crypto::{KdfParams, KeyParams, PmoKeys, Suite, PAGE};
 use crate::medium::{Medium, MediumError};
 
-const MAGIC: u32 = 0x3252_4d50; // "PMR2"
+const MAGIC: u32 = 0x3352_4d50; // "PMR3"
 /// Bytes of the name field of a record on media.
 pub const NAME_FIELD: usize = 64;
 /// Longest PMO name: the field less one byte, so the guest protocol's NUL-terminated
@@ -71,6 +72,13 @@ impl PmoState {
             _ => return None,
         })
     }
+    /// True for the states of a destroyed PMO (`destroying`, `free`): a keyed commit (destroy)
+    /// enters them and only a keyed commit (create) leaves them, so the record MAC binds this
+    /// bit and a keyless edit of the state byte cannot bring a destroyed PMO back.
+    pub fn is_destroyed(self) -> bool {
+        matches!(self, PmoState::Destroying | PmoState::Free)
+    }
+
     /// Short name as in the papers' diagrams.
     pub fn name(self) -> &'static str {
         match self {
@@ -140,10 +148,15 @@ pub struct Record {
 impl Record {
     /// The fields bound under the record MAC, in a canonical encoding: everything that decides
     /// how the PMO's pages are encrypted and checked, where they are, and which version of them
-    /// is current. `store_uuid` ties the record to its store.
-    pub fn bound_bytes(&self, store_uuid: &[u8; 16]) -> Vec<u8> {
+    /// is current. `store_uuid` ties the record to its store, `slot` to its table slot (a
+    /// record copied into another slot fails its MAC there), and the destroyed bit of its state
+    /// to the commit that destroyed it.
+    pub fn bound_bytes(&self, store_uuid: &[u8; 16], slot: u32) -> Vec<u8> {
         let mut e = Enc::default();
-        e.bytes(store_uuid).u32(PAGE as u32);
+        e.bytes(store_uuid)
+            .u32(PAGE as u32)
+            .u32(slot)
+            .u8(u8::from(self.state.is_destroyed()));
         self.put_bound(&mut e);
         e.0
     }
@@ -172,14 +185,15 @@ impl Record {
             .u64(self.pending_tags);
     }
 
-    /// Sets the record MAC with the PMO's keys (after a change of a bound field).
-    pub fn seal(&mut self, keys: &PmoKeys, store_uuid: &[u8; 16]) {
-        self.rec_mac = keys.record_mac(&self.bound_bytes(store_uuid));
+    /// Sets the record MAC with the PMO's keys (after a change of a bound field), for the
+    /// record in table slot `slot` of the store `store_uuid`.
+    pub fn seal(&mut self, keys: &PmoKeys, store_uuid: &[u8; 16], slot: u32) {
+        self.rec_mac = keys.record_mac(&self.bound_bytes(store_uuid, slot));
     }
 
-    /// Checks the record MAC in constant time.
-    pub fn verify(&self, keys: &PmoKeys, store_uuid: &[u8; 16]) -> bool {
-        keys.check_record_mac(&self.bound_bytes(store_uuid), &self.rec_mac)
+    /// Checks the record MAC in constant time, for the record found in table slot `slot`.
+    pub fn verify(&self, keys: &PmoKeys, store_uuid: &[u8; 16], slot: u32) -> bool {
+        keys.check_record_mac(&self.bound_bytes(store_uuid, slot), &self.rec_mac)
     }
 
     fn name_field(&self) -> (u8, [u8; NAME_FIELD]) {

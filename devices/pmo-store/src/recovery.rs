@@ -1,5 +1,5 @@
-//! Opening a store: table scan, validation of everything read, and recovery of PMOs caught in
-//! the middle of an operation. Also the keyless `fsck`.
+//! Opening a store: the superblock, the table as `admit.rs` admits it against the rollback
+//! anchor, and recovery of PMOs caught in the middle of an operation. Also the keyless `fsck`.
 //!
 //! Recovery per persistent state (no key is needed for any of it):
 //!
@@ -12,19 +12,19 @@
 //! | DS | scrubbing journal area | scrub again, -> D |
 //! | destroying | pdestroy scrubbing | scrub extent, -> free |
 
+use super::admit::{self, validate, Slot};
 use super::alloc::Allocator;
-use super::anchor::Anchor;
-use super::record::{read_slot, Record, SlotContent};
-use super::superblock::Superblock;
-use super::tree::{TreeCache, TreeLayout};
+use super::anchor::{Anchor, AnchorEntry};
+use super::record::{read_slot, SlotContent};
+use super::superblock::{Superblock, SuperblockError};
+use super::tree::TreeCache;
 use super::{
-    journal, validate_name, Catalog, ExtentGeometry, Holders, LivePmo, LiveRecord, OpenOptions,
-    PmoState, Store, StoreError, StoreState, EXTENT_ALIGN, MAX_PMO_SIZE,
+    journal, Catalog, Holders, LivePmo, LiveRecord, OpenOptions, PmoState, Store, StoreError,
+    StoreState, EXTENT_ALIGN,
 };
-use crate::crypto::PAGE;
 use crate::medium::Medium;
 use locked::Locked;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -54,6 +54,12 @@ pub struct RecoveryReport {
     pub actions: Vec<(String, PmoState, RecoveryAction)>,
     /// Table slots that could not be decoded or failed validation.
     pub bad_slots: Vec<(u32, String)>,
+    /// PMOs refused by name, and why (`StoreError::Refused` for each until repaired): a host
+    /// should say these loudly.
+    pub refused: Vec<(String, String)>,
+    /// Commits the medium made durable but the anchor had not learned (a crash in between, or
+    /// a keyless edit: a destroy among them is worth a warning), now in the anchor.
+    pub anchor_caught_up: Vec<(u32, AnchorEntry)>,
 }
 
 /// Result of `fsck`.
@@ -65,106 +71,83 @@ pub struct FsckReport {
     pub problems: Vec<String>,
 }
 
-fn validate(sb: &Superblock, r: &Record) -> Result<(TreeLayout, ExtentGeometry), String> {
-    validate_name(&r.name).map_err(|e| e.to_string())?;
-    if r.npages == 0 || r.npages > MAX_PMO_SIZE / PAGE as u64 {
-        return Err(format!("bad page count {}", r.npages));
-    }
-    let layout = TreeLayout::new(r.npages);
-    let geo = ExtentGeometry::of(r.npages, &layout);
-    let end = r.ext_off.checked_add(r.ext_len).ok_or("extent overflows")?;
-    if r.ext_off < sb.data_off
-        || end > sb.medium_len
-        || r.ext_len < geo.total()
-        || !r.ext_off.is_multiple_of(EXTENT_ALIGN)
-        || !r.ext_len.is_multiple_of(EXTENT_ALIGN)
-    {
-        return Err("extent outside data area or too small".into());
-    }
-    if r.journal_len > geo.journal_len {
-        return Err("journal longer than journal area".into());
-    }
-    // Bounded before any attach spends memory and time on them.
-    r.keys.kdf.check().map_err(|e| e.to_string())?;
-    Ok((layout, geo))
-}
-
 pub(super) fn open(
     m: Arc<dyn Medium>,
     opts: &OpenOptions,
 ) -> Result<(Store, RecoveryReport), StoreError> {
     let sb = Superblock::read(&*m)?;
-    let mut report = RecoveryReport::default();
+    if let Some(len) = opts.len.filter(|l| *l != sb.medium_len) {
+        return Err(SuperblockError::Length {
+            store: sb.medium_len,
+            medium: len,
+        }
+        .into());
+    }
+    let slots = admit::scan(&*m, &sb)?;
+    let commits: Vec<Option<u64>> = slots.iter().map(Slot::commit).collect();
+    // A store behind its anchor was rolled back: refuse it before anything is written.
+    let (anchor, entries) = match &opts.anchor {
+        Some(path) => match Anchor::open(path, &sb)? {
+            Some(a) => {
+                a.check(&commits)?;
+                let entries = a.entries();
+                (Some(a), Some(entries))
+            }
+            None => {
+                // Trust on first use: the anchor starts from what the medium holds.
+                let seed: Vec<AnchorEntry> = slots
+                    .iter()
+                    .map(|s| match s {
+                        Slot::Free { rec, .. } | Slot::Live { rec, .. } => AnchorEntry::of(rec),
+                        _ => AnchorEntry::default(),
+                    })
+                    .collect();
+                log::info!("created rollback anchor {}", path.display());
+                (Some(Anchor::create(path, &sb, &seed)?), None)
+            }
+        },
+        None => (None, None),
+    };
+    let adm = admit::admit(slots, entries.as_deref());
+    let mut report = RecoveryReport {
+        bad_slots: adm.bad_slots,
+        refused: adm
+            .refused
+            .iter()
+            .map(|(n, w)| (n.clone(), w.clone()))
+            .collect(),
+        ..RecoveryReport::default()
+    };
+    if let Some(a) = &anchor {
+        a.advance_all(&adm.catch_up)?;
+        report.anchor_caught_up = adm.catch_up;
+    }
     let mut alloc = Allocator::new(sb.data_off, sb.medium_len, EXTENT_ALIGN);
-    let mut names: HashMap<String, Arc<LivePmo>> = HashMap::new();
-    let mut free_slots = BTreeMap::new();
-    // Each slot's commit number as the medium has it (None: damaged), for the anchor.
-    let mut commits: Vec<Option<u64>> = Vec::with_capacity(sb.slots as usize);
-    let inner_m = m.clone();
-    for slot in 0..sb.slots {
-        let (rec, copy) = match read_slot(&*m, &sb, slot)? {
-            SlotContent::Blank => {
-                free_slots.insert(slot, (0, 1));
-                commits.push(Some(0));
-                continue;
-            }
-            SlotContent::Damaged => {
-                report.bad_slots.push((slot, "no valid record copy".into()));
-                commits.push(None);
-                continue;
-            }
-            SlotContent::Valid { rec, copy } => (*rec, copy),
-        };
-        commits.push(Some(rec.commit));
-        if rec.state == PmoState::Free {
-            free_slots.insert(slot, (rec.seq, copy));
-            continue;
-        }
-        let (layout, _geo) = match validate(&sb, &rec) {
-            Ok(x) => x,
-            Err(why) => {
-                report.bad_slots.push((slot, why));
-                continue;
-            }
-        };
-        if names.contains_key(&rec.name) {
-            report
-                .bad_slots
-                .push((slot, format!("duplicate name {:?}", rec.name)));
-            continue;
-        }
-        if let Err(e) = alloc.reserve(rec.ext_off, rec.ext_len) {
-            report.bad_slots.push((slot, e.to_string()));
+    let mut names: BTreeMap<String, Arc<LivePmo>> = BTreeMap::new();
+    for p in adm.live {
+        // Admission refused every overlap, so this only fails on a bug; refuse rather than
+        // guess.
+        if let Err(e) = alloc.reserve(p.rec.ext_off, p.rec.ext_len) {
+            report.bad_slots.push((p.slot, e.to_string()));
             continue;
         }
         let pmo = Arc::new(LivePmo {
-            slot,
-            name: rec.name.clone(),
-            npages: rec.npages,
-            ext_off: rec.ext_off,
-            layout,
-            rec: Mutex::new(LiveRecord::new(rec, copy, &sb.uuid)),
+            slot: p.slot,
+            name: p.rec.name.clone(),
+            npages: p.rec.npages,
+            ext_off: p.rec.ext_off,
+            layout: p.layout,
+            rec: Mutex::new(LiveRecord::new(p.rec, p.copy, &sb.uuid, p.slot)),
             holders: Mutex::new(Holders::default()),
             holders_changed: Condvar::new(),
             damaged: Mutex::new(None),
         });
         names.insert(pmo.name.clone(), pmo);
     }
-    // A store behind its anchor was rolled back: refuse it before recovery writes anything.
-    let anchor = match &opts.anchor {
-        Some(path) => match Anchor::open(path, sb.uuid, sb.slots)? {
-            Some(a) => {
-                a.check(&commits)?;
-                Some(a)
-            }
-            None => {
-                let seed: Vec<u64> = commits.iter().map(|c| c.unwrap_or(0)).collect();
-                log::info!("created rollback anchor {}", path.display());
-                Some(Anchor::create(path, sb.uuid, &seed)?)
-            }
-        },
-        None => None,
-    };
+    // A refused PMO's space is not handed to a new one while it waits for repair.
+    for (off, len) in adm.refused_extents {
+        let _ = alloc.reserve(off, len);
+    }
     // Recovery may read and write the extents: key them first (inline-encrypting media).
     let mut by_slot: Vec<&Arc<LivePmo>> = names.values().collect();
     by_slot.sort_by_key(|pmo| pmo.slot);
@@ -172,15 +155,23 @@ pub(super) fn open(
         let c = pmo.lock_rec();
         m.extent_in_use(pmo.slot, c.rec.ext_off, c.rec.ext_len)?;
     }
+    let counter = commits
+        .iter()
+        .flatten()
+        .copied()
+        .chain(anchor.as_ref().map(Anchor::counter))
+        .max()
+        .unwrap_or(0);
     let inner = Arc::new(StoreState {
-        medium: inner_m,
+        medium: m,
         superblock: sb,
         catalog: Mutex::new(Catalog {
             names: BTreeMap::new(),
-            free_slots,
+            free_slots: adm.free_slots,
+            refused: adm.refused,
             alloc,
         }),
-        commit: AtomicU64::new(commits.iter().flatten().copied().max().unwrap_or(0)),
+        commit: AtomicU64::new(counter),
         catalog_version: AtomicU64::new(0),
         anchor,
         default_kdf: opts.kdf,
@@ -311,6 +302,9 @@ pub(super) fn fsck(store: &Store, progress: &mut dyn FnMut(u64, u64)) -> FsckRep
             rep.problems.push(format!("{}: {e}", pmo.name));
         }
         progress(i as u64 + 1, total);
+    }
+    for (name, why) in inner.lock_catalog().refused.iter() {
+        rep.problems.push(format!("{name}: refused: {why}"));
     }
     // Re-read the table to catch damaged slots.
     for slot in 0..inner.superblock.slots {

@@ -23,15 +23,16 @@ pub(crate) struct LiveRecord {
 }
 
 impl LiveRecord {
-    /// A record as read from the medium (its MAC is checked at attach, with the key).
-    pub fn new(rec: Record, copy: u8, store_uuid: &[u8; 16]) -> Self {
-        let bound = bound_digest(&rec, store_uuid);
+    /// A record as read from (or about to be written to) table slot `slot` of the store
+    /// `store_uuid` (its MAC is checked at attach, with the key).
+    pub fn new(rec: Record, copy: u8, store_uuid: &[u8; 16], slot: u32) -> Self {
+        let bound = bound_digest(&rec, store_uuid, slot);
         Self { rec, copy, bound }
     }
 }
 
-fn bound_digest(rec: &Record, store_uuid: &[u8; 16]) -> [u8; 32] {
-    codec::checksum(&[&rec.bound_bytes(store_uuid)])
+fn bound_digest(rec: &Record, store_uuid: &[u8; 16], slot: u32) -> [u8; 32] {
+    codec::checksum(&[&rec.bound_bytes(store_uuid, slot)])
 }
 
 /// Who holds a PMO: its attach sessions, running detaches, and whether it is destroyed.
@@ -107,6 +108,9 @@ pub(crate) struct Catalog {
     pub names: BTreeMap<String, Arc<LivePmo>>,
     /// Free slot -> (last seq, current copy) so a reused slot continues its sequence.
     pub free_slots: BTreeMap<u32, (u64, u8)>,
+    /// Names open refused, and why: attach, destroy and create of them fail with
+    /// `StoreError::Refused` (see `admit.rs`).
+    pub refused: BTreeMap<String, String>,
     pub alloc: Allocator,
 }
 
@@ -134,7 +138,7 @@ impl StoreState {
     /// Writes a record update that changes no bound field (state, journal, journal area mark):
     /// crash-atomic, and needs no key, so recovery can do it. Refuses if a bound field changed.
     pub fn write_rec(&self, pmo: &LivePmo, cell: &mut LiveRecord) -> Result<(), StoreError> {
-        if bound_digest(&cell.rec, &self.superblock.uuid) != cell.bound {
+        if bound_digest(&cell.rec, &self.superblock.uuid, pmo.slot) != cell.bound {
             return Err(StoreError::BoundFieldChanged);
         }
         cell.copy = write_record(
@@ -154,8 +158,8 @@ impl StoreState {
         cell: &mut LiveRecord,
         keys: &PmoKeys,
     ) -> Result<(), StoreError> {
-        cell.rec.seal(keys, &self.superblock.uuid);
-        cell.bound = bound_digest(&cell.rec, &self.superblock.uuid);
+        cell.rec.seal(keys, &self.superblock.uuid, pmo.slot);
+        cell.bound = bound_digest(&cell.rec, &self.superblock.uuid, pmo.slot);
         cell.copy = write_record(
             &*self.medium,
             &self.superblock,
@@ -179,7 +183,7 @@ impl StoreState {
         cell.rec.commit = self.next_commit()?;
         self.write_rec_keyed(pmo, cell, keys)?;
         if let Some(a) = &self.anchor {
-            a.advance(pmo.slot, cell.rec.commit)?;
+            a.advance(pmo.slot, &crate::AnchorEntry::of(&cell.rec))?;
         }
         Ok(())
     }

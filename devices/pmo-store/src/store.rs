@@ -71,6 +71,7 @@ impl Store {
         let open = OpenOptions {
             anchor: opts.anchor,
             kdf: opts.kdf,
+            len: None,
         };
         let (store, report) = Self::open_with(medium, &open)?;
         Ok((store, Some(report)))
@@ -107,7 +108,11 @@ impl Store {
         }
         let alloc = Allocator::new(sb.data_off, sb.medium_len, EXTENT_ALIGN);
         let anchor = match &opts.anchor {
-            Some(path) => Some(Anchor::create(path, sb.uuid, &vec![0; sb.slots as usize])?),
+            Some(path) => Some(Anchor::create(
+                path,
+                &sb,
+                &vec![crate::AnchorEntry::default(); sb.slots as usize],
+            )?),
             None => None,
         };
         Ok(Store {
@@ -117,6 +122,7 @@ impl Store {
                 catalog: Mutex::new(Catalog {
                     names: BTreeMap::new(),
                     free_slots,
+                    refused: BTreeMap::new(),
                     alloc,
                 }),
                 commit: AtomicU64::new(0),
@@ -167,7 +173,16 @@ impl Store {
         self.inner.lock_catalog().alloc.free_bytes()
     }
 
-    /// Lists PMOs, sorted by name.
+    /// The PMOs open refused (see [`StoreError::Refused`]), by name, with why.
+    pub fn refused(&self) -> Vec<(String, String)> {
+        let cat = self.inner.lock_catalog();
+        cat.refused
+            .iter()
+            .map(|(n, w)| (n.clone(), w.clone()))
+            .collect()
+    }
+
+    /// Lists PMOs, sorted by name (refused ones are not among them: [`Store::refused`]).
     pub fn list(&self) -> Vec<PmoInfo> {
         // Catalog first, records after it is released: the lock order is catalog -> record,
         // and no record lock is held while waiting for the catalog.
@@ -213,6 +228,12 @@ impl Store {
         let mut cat = self.inner.lock_catalog();
         if cat.names.contains_key(name) {
             return Err(StoreError::Exists(name.to_string()));
+        }
+        if let Some(why) = cat.refused.get(name) {
+            return Err(StoreError::Refused {
+                name: name.to_string(),
+                why: why.clone(),
+            });
         }
         let (&slot, &(seq, copy)) = cat.free_slots.iter().next().ok_or(StoreError::TableFull)?;
         let (ext_off, ext_len) = cat.alloc.alloc(geo.total())?;
@@ -265,7 +286,12 @@ impl Store {
                 npages,
                 ext_off,
                 layout,
-                rec: Mutex::new(LiveRecord::new(rec, copy, &self.inner.superblock.uuid)),
+                rec: Mutex::new(LiveRecord::new(
+                    rec,
+                    copy,
+                    &self.inner.superblock.uuid,
+                    slot,
+                )),
                 holders: Mutex::new(Holders::default()),
                 holders_changed: Condvar::new(),
                 damaged: Mutex::new(None),
@@ -296,12 +322,17 @@ impl Store {
 
     fn lookup(&self, name: &str) -> Result<Arc<LivePmo>, StoreError> {
         validate_name(name)?;
-        self.inner
-            .lock_catalog()
-            .names
-            .get(name)
-            .cloned()
-            .ok_or_else(|| StoreError::NotFound(name.to_string()))
+        let cat = self.inner.lock_catalog();
+        if let Some(pmo) = cat.names.get(name) {
+            return Ok(pmo.clone());
+        }
+        Err(match cat.refused.get(name) {
+            Some(why) => StoreError::Refused {
+                name: name.to_string(),
+                why: why.clone(),
+            },
+            None => StoreError::NotFound(name.to_string()),
+        })
     }
 
     /// Derives the PMO's keys and checks them in constant time.

@@ -8,8 +8,9 @@ use crate::DEFAULT_SLOTS;
 /// Magic at offset 0.
 pub const MAGIC: &[u8; 8] = b"PMOSTOR1";
 /// On-media format version. 2: record MAC over every bound field, Argon2id parameters,
-/// commit numbers, and a generation in each tree leaf.
-pub const FORMAT_VERSION: u32 = 2;
+/// commit numbers, and a generation in each tree leaf. 3: the record MAC also binds the
+/// record's table slot and whether it is destroyed (a format 2 store is refused).
+pub const FORMAT_VERSION: u32 = 3;
 /// Bytes reserved for one superblock copy.
 pub const SB_SIZE: u64 = 4096;
 /// Bytes of one PMO table slot (two record copies).
@@ -41,6 +42,41 @@ pub enum SuperblockError {
         slots: u32,
         /// The smallest medium, in MiB, with room for that table and one data block.
         min_mib: u64,
+    },
+    /// The superblock's store length is not the length the opener knows the store has (a
+    /// store file spans its file): the superblock was edited, or the file resized.
+    #[error(
+        "the superblock says the store is {store} bytes, its medium is {medium}: \
+         an edited superblock (or a resized store file); refused"
+    )]
+    Length {
+        /// The superblock's store length.
+        store: u64,
+        /// The length the opener knows.
+        medium: u64,
+    },
+    /// A PMO's extent ends past the store's length, inside the medium: the length was cut
+    /// below it (or the record edited). Honest stores never have such a record.
+    #[error(
+        "PMO table slot {slot}'s extent ends at {end:#x}, past the store's end {store:#x} in \
+         the superblock: an edited store length (or record); refused"
+    )]
+    CutsExtent {
+        /// The slot.
+        slot: u32,
+        /// Where its extent ends.
+        end: u64,
+        /// The superblock's store length.
+        store: u64,
+    },
+    /// The slot right after the table is in use: the slot count was lowered, hiding PMOs.
+    #[error(
+        "the PMO table slot after the superblock's {slots} slots is in use: an edited slot \
+         count; refused"
+    )]
+    TableTail {
+        /// The superblock's slot count.
+        slots: u32,
     },
     /// The medium failed.
     #[error(transparent)]
@@ -177,7 +213,8 @@ impl Superblock {
     }
 
     /// Whether the regions lie where `layout` puts them, inside a medium of `len` bytes: the
-    /// table right after the two copies, the data area aligned and after the table.
+    /// table right after the two copies, the data area at the first aligned offset after the
+    /// table (so an edited data offset or slot count cannot move one without the other).
     fn fits(&self, len: u64) -> bool {
         let table_end = u64::from(self.slots)
             .checked_mul(SLOT_SIZE)
@@ -187,6 +224,7 @@ impl Superblock {
             && self.medium_len <= len
             && matches!(table_end, Some(e) if e <= self.data_off)
             && self.data_off.is_multiple_of(DATA_ALIGN)
+            && self.data_off == Self::data_off_for(self.slots)
             && self.data_off < self.medium_len
     }
 

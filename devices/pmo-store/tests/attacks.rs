@@ -218,7 +218,7 @@ fn editing_any_bound_record_field_is_refused() {
         let (_m, s2, rep) = reopen(m.snapshot());
         match s2.attach("p", Perm::Read, &key("k")) {
             Err(StoreError::Corrupt { .. }) => {}
-            Err(StoreError::NotFound(_)) => assert!(!rep.bad_slots.is_empty(), "{what}"),
+            Err(StoreError::Refused { .. }) => assert!(!rep.bad_slots.is_empty(), "{what}"),
             other => panic!("{what}: {:?}", other.map(|_| "attached")),
         }
     }
@@ -245,7 +245,7 @@ fn editing_any_bound_record_field_is_refused() {
 }
 
 /// KDF costs read from the medium are bounded before any memory is spent on them: a record
-/// asking for a terabyte or a million passes is a refused slot, not an attach that never ends.
+/// asking for a terabyte or a million passes is a refused PMO, not an attach that never ends.
 #[test]
 fn an_edited_kdf_cost_cannot_make_attach_run_away() {
     let (m, s) = one_pmo(Suite::XtsBlake3);
@@ -263,7 +263,11 @@ fn an_edited_kdf_cost_cannot_make_attach_run_away() {
             .any(|(_, why)| why.contains("key derivation")),
         "{rep:?}"
     );
-    assert!(s2.attach("p", Perm::Read, &key("k")).is_err());
+    // Refused by name (not silently gone), before any key derivation is tried.
+    assert!(matches!(
+        s2.attach("p", Perm::Read, &key("k")),
+        Err(StoreError::Refused { ref why, .. }) if why.contains("key derivation")
+    ));
 }
 
 fn leaf_of(m: &CrashMedium, s: &Store, page: u64) -> (Leaf, Vec<u8>) {
@@ -347,7 +351,7 @@ fn counters_at_their_maximum_are_refused_not_wrapped() {
             let keys = PmoKeys::derive(&key("k"), r.keys).unwrap();
             r.epoch = epoch;
             r.next_epoch = next;
-            r.seal(&keys, &uuid);
+            r.seal(&keys, &uuid, 0);
         });
         let (m2, s2, _) = reopen(m.snapshot());
         let w = s2.attach("p", Perm::Write, &key("k")).unwrap();
@@ -390,6 +394,7 @@ fn open_anchored(img: Vec<u8>, anchor: &std::path::Path) -> Result<Store, StoreE
         &OpenOptions {
             anchor: Some(anchor.to_owned()),
             kdf: KdfParams::INSECURE_FAST,
+            len: None,
         },
     )
     .map(|(s, _)| s)

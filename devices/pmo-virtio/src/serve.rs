@@ -26,6 +26,7 @@ impl From<Failure> for Status {
             Failure::NoSpace => Status::NoSpc,
             Failure::NameTooLong => Status::NameTooLong,
             Failure::Integrity => Status::BadMsg,
+            Failure::Stale => Status::Stale,
         }
     }
 }

@@ -108,6 +108,7 @@ fn every_constant_agrees() {
             Status::NoSys => "NOSYS",
             Status::Proto => "PROTO",
             Status::BadMsg => "BADMSG",
+            Status::Stale => "STALE",
         };
         assert_eq!(n(&format!("VIRTIO_PMO_S_{name}")), s as i64, "{s:?}");
     }

@@ -54,6 +54,7 @@ enum virtio_pmo_status {
 	VIRTIO_PMO_S_NOSYS = 38,	/* unknown op */
 	VIRTIO_PMO_S_PROTO = 71,	/* bad header or version */
 	VIRTIO_PMO_S_BADMSG = 74,	/* a page failed verification */
+	VIRTIO_PMO_S_STALE = 116,	/* refused by the host at open: stale record */
 };
 
 #define VIRTIO_PMO_PERM_READ		1

@@ -31,7 +31,9 @@ pub use env::{backend, detect_kvm, Env, KvmKind};
 pub use error::{Result, RunnerError};
 pub use outcome::{parse_checks, Backend, Check, VmOutcome};
 pub use qemu::run_in_qemu;
-pub use spec::{format_size, CxlSpec, PmemSpec, SignalOn, VmSignal, VmSpec, DEFAULT_VM_TIMEOUT};
+pub use spec::{
+    format_size, CxlSpec, PmemSpec, SignalOn, VmSignal, VmSpec, DEFAULT_VM_TIMEOUT, VM_TEST_KDF,
+};
 
 /// Runs the VMs in order, where this machine can: directly on hardware KVM, else in one boot
 /// of the nested test host. Host pmem files hold the guests' writes afterwards.

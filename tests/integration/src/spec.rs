@@ -58,6 +58,9 @@ pub struct VmSpec {
     /// The PMO store on the media of the expander with this `id=` (`--pmo-store cxl=ID`), its
     /// extents keyed from the master key file (`--pmo-master-key`, travels like a key file).
     pub pmo_on_cxl: Option<(String, PathBuf)>,
+    /// The PMO store's rollback anchor (`--pmo-anchor`): in the nested test host a copy
+    /// travels in the payload (what the VMM writes to it there is not brought back).
+    pub pmo_anchor: Option<PathBuf>,
     /// More `pmovmm run` arguments, appended last.
     pub extra_args: Vec<String>,
     /// How long the VM may run, from the VMM's start to its exit.
@@ -103,6 +106,7 @@ impl VmSpec {
             pmem: Vec::new(),
             pmo_store: None,
             pmo_on_cxl: None,
+            pmo_anchor: None,
             cxl: Vec::new(),
             extra_args: Vec::new(),
             timeout: DEFAULT_VM_TIMEOUT,
@@ -173,6 +177,12 @@ impl VmSpec {
         self
     }
 
+    /// Opens the PMO store under the rollback anchor at `path` (`--pmo-anchor`).
+    pub fn pmo_anchor(mut self, path: impl Into<PathBuf>) -> Self {
+        self.pmo_anchor = Some(path.into());
+        self
+    }
+
     /// Gives the VM the PMO device with its store on the expander `id` (declared with
     /// `cxl_t3(.., "id=ID,guest=off")`), keyed from `master_key`. `id` may carry more
     /// `--pmo-store` options after a comma (`store,direct=64M`).
@@ -236,9 +246,9 @@ impl VmSpec {
             .map(|c| (c.media.path.clone(), c.lsa.path.clone(), c.key.clone()))
             .collect();
         let master_key = self.pmo_on_cxl.as_ref().map(|(_, k)| k.as_path());
-        Ok(vmm_args(
-            self, &kernel, &initrd, &pmem, store, master_key, &cxl,
-        ))
+        let mut args = vmm_args(self, &kernel, &initrd, &pmem, store, master_key, &cxl);
+        push_anchor(&mut args, self.pmo_anchor.as_deref());
+        Ok(args)
     }
 
     /// Host files the VM uses: its pmem files, its PMO store, its CXL media and LSA files.
@@ -465,6 +475,14 @@ pub fn format_size(bytes: u64) -> String {
         format!("{}K", bytes / K)
     } else {
         bytes.to_string()
+    }
+}
+
+/// Appends `--pmo-anchor PATH` if there is an anchor (`PATH` as the VMM sees it).
+pub(crate) fn push_anchor(args: &mut Vec<String>, anchor: Option<&Path>) {
+    if let Some(a) = anchor {
+        args.push("--pmo-anchor".to_string());
+        args.push(a.display().to_string());
     }
 }
 

@@ -12,7 +12,10 @@
 //!    and the VM lives on. Then a process `write(2)`s straight from the damaged page of its
 //!    mapping into a file (the guest kernel reads the page): never silently. The same runs on
 //!    2 vCPUs ("tamper-smp") and with a predictor that finds the page bad first
-//!    ("tamper-ahead": the copy fails with EFAULT).
+//!    ("tamper-ahead": the copy fails with EFAULT). In the same test host run, VM "stale" opens
+//!    another store, prepared on the host, under its rollback anchor: one PMO's old record was
+//!    moved to another slot and its own slot damaged; the VMM refuses it at warn and the guest
+//!    gets ESTALE for it.
 
 mod common;
 
@@ -21,7 +24,12 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use pmo_integration::{run_vms, unique_pattern, Env, VmOutcome, VmSpec};
+use pmo_integration::{run_vms, unique_pattern, Env, VmOutcome, VmSpec, VM_TEST_KDF};
+use pmo_store::crypto::{KdfParams, UserKey, PAGE};
+use pmo_store::medium::{FileMedium, Medium};
+use pmo_store::superblock::SLOT_SIZE;
+use pmo_store::{Perm, Store, StoreOptions};
+use std::sync::Arc;
 
 const STORE_SIZE: u64 = 256 << 20;
 const BAD_PAGE: u64 = 3;
@@ -32,6 +40,76 @@ struct Group {
     store: PathBuf,
     marker: String,
     store_before_tamper: Vec<u8>,
+}
+
+/// Size of the store VM "stale" opens.
+const STALE_STORE: u64 = 64 << 20;
+
+/// The keyless editor's attack of issue 27 on a store made here: `t-stale` psynced twice,
+/// its record from after the first psync copied into a never-used slot, its own slot
+/// damaged, its extent as of the first psync put back; `t-other` holds `other-PATTERN` at
+/// byte 100 of page 0. The anchor is current (it saw both psyncs).
+fn prepare_stale_store(
+    store: &std::path::Path,
+    anchor: &std::path::Path,
+    pattern: &str,
+) -> Result<(), String> {
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let _ = std::fs::remove_file(store);
+    let _ = std::fs::remove_file(anchor);
+    let kdf = KdfParams::parse(VM_TEST_KDF).map_err(|x| e(&x))?;
+    let file = FileMedium::create(store, STALE_STORE).map_err(|x| e(&x))?;
+    let m: Arc<dyn Medium> = Arc::new(file);
+    let s = Store::create(
+        m.clone(),
+        StoreOptions {
+            anchor: Some(anchor.to_owned()),
+            kdf,
+            ..StoreOptions::default()
+        },
+    )
+    .map_err(|x| e(&x))?;
+    let key = UserKey::new(b"pmotest-key-1").map_err(|x| e(&x))?;
+    let page = |text: &str| {
+        let mut p = [0u8; PAGE];
+        p[100..100 + text.len()].copy_from_slice(text.as_bytes());
+        p
+    };
+    let psync = |name: &str, text: &str| -> Result<(), String> {
+        let w = s.attach(name, Perm::Write, &key).map_err(|x| e(&x))?;
+        w.psync([(0u64, &page(text))]).map_err(|x| e(&x))?;
+        w.detach().wait().map_err(|x| e(&x))
+    };
+    for name in ["t-stale", "t-other"] {
+        s.create_pmo(name, 4 * PAGE as u64, &key)
+            .map_err(|x| e(&x))?;
+    }
+    psync("t-other", &format!("other-{pattern}"))?;
+    psync("t-stale", "old-data")?;
+    let info = s
+        .list()
+        .into_iter()
+        .find(|i| i.name == "t-stale")
+        .ok_or("no t-stale")?;
+    let slot_at = s.superblock().record_off(info.slot, 0);
+    let spare_at = s.superblock().record_off(s.superblock().slots - 1, 0);
+    let read = |off: u64, len: u64| -> Result<Vec<u8>, String> {
+        let mut b = vec![0u8; len as usize];
+        m.read(off, &mut b).map_err(|x| e(&x))?;
+        Ok(b)
+    };
+    let old_slot = read(slot_at, SLOT_SIZE)?;
+    let old_extent = read(info.extent.0, info.extent.1)?;
+    psync("t-stale", "new-data")?;
+    drop(s);
+    let put = |off: u64, b: &[u8]| -> Result<(), String> {
+        m.write(off, b).map_err(|x| e(&x))?;
+        m.persist(off, b.len() as u64).map_err(|x| e(&x))
+    };
+    put(spare_at, &old_slot)?;
+    put(slot_at, &[0x5a; SLOT_SIZE as usize])?;
+    put(info.extent.0, &old_extent)?;
+    Ok(())
 }
 
 /// Offset of the first data page of PMO `name` in the store file (data pages come first in a
@@ -102,6 +180,8 @@ fn group() -> &'static Group {
                 .param("bad", BAD_PAGE.to_string())
                 .pmo_store(&store, STORE_SIZE)
         };
+        let (stale_store, stale_anchor) = (dir.join("stale.img"), dir.join("stale.anchor"));
+        prepare_stale_store(&stale_store, &stale_anchor, &marker)?;
         let tamper = run_vms(&[
             tamper_vm("tamper", 1).scenarios(["pmo_tamper_read", "pmo_tamper_write"]),
             tamper_vm("tamper-smp", 2).scenarios(["pmo_tamper_write"]),
@@ -110,6 +190,11 @@ fn group() -> &'static Group {
                 .param("ahead", "1")
                 .extra_arg("--pmo-predictor")
                 .extra_arg("stream:4"),
+            VmSpec::new("stale")
+                .scenarios(["pmo_stale"])
+                .param("pattern", &marker)
+                .pmo_store(&stale_store, STALE_STORE)
+                .pmo_anchor(&stale_anchor),
         ])
         .map_err(|e| e.to_string())?;
         Ok(Group {
@@ -238,6 +323,23 @@ fn page_found_bad_ahead_makes_the_kernel_copy_fail_with_efault() {
         vm.assert_ok("pmo_tamper_write.guest_log")
             .contains("found before any access"),
         "the driver saw PAGE_BAD"
+    );
+    vm.assert_exit(0);
+}
+
+/// Issue 27 seen by the guest: a PMO the VMM refused at open (its record moved to another
+/// slot, its own slot damaged, under the rollback anchor) answers ESTALE to read, rm and
+/// create, which the `pmo` CLI prints as a refusal by the host; the VMM said so at warn; the
+/// store's other PMO reads back.
+#[test]
+fn a_pmo_refused_under_the_anchor_is_estale_in_the_guest() {
+    let vm = &group().tamper[3];
+    vm.assert_all_ok(&["pmo_stale"]);
+    assert!(
+        vm.vmm_stderr
+            .contains("PMO \"t-stale\" refused (the guest gets ESTALE): its table slot"),
+        "no warning from the VMM: {}",
+        vm.vmm_stderr
     );
     vm.assert_exit(0);
 }

@@ -97,6 +97,7 @@ impl PmoService {
             blank,
             cfg.store_options.clone(),
             cfg.test_kill_in_psync,
+            None,
         )?;
         Self::start(cfg, store, kill_hook, events)
     }

@@ -55,7 +55,9 @@ pub(crate) fn open_file_store(
             path: path.to_owned(),
             source,
         })?;
-    let opened = open_store_on(path, Arc::new(file), fresh, opts, kill_at);
+    // A store file spans its file: a superblock that says another length was edited.
+    let len = Some(file.len());
+    let opened = open_store_on(path, Arc::new(file), fresh, opts, kill_at, len);
     if opened.is_err() && fresh {
         // Leave nothing behind that a later run would take for a damaged store.
         let _ = std::fs::remove_file(path);
@@ -64,13 +66,17 @@ pub(crate) fn open_file_store(
 }
 
 /// Opens the store on `medium`, formatting it first when `blank`; `label` (the file or the
-/// media behind it) names it in errors and logs.
+/// media behind it) names it in errors and logs; `len` is the store's length when the caller
+/// knows it (a store file), checked against the superblock. PMOs the store refused at open
+/// (a damaged, duplicated or stale record: docs/store.md, "Admission") are logged at warn,
+/// one line each, as are commits the rollback anchor had missed.
 pub(crate) fn open_store_on(
     label: &Path,
     medium: Arc<dyn Medium>,
     blank: bool,
     opts: StoreOptions,
     kill_at: Option<u64>,
+    len: Option<u64>,
 ) -> Result<(Store, KillHook), ServiceError> {
     let (m, hook): (Arc<dyn Medium>, KillHook) = match kill_at {
         Some(n) => {
@@ -79,18 +85,41 @@ pub(crate) fn open_store_on(
         }
         None => (medium, None),
     };
-    let store = match Store::open_or_format(m, blank, opts) {
-        Ok((store, Some(report))) => {
-            log::info!("PMO store {}: {report:?}", label.display());
-            store
-        }
-        Ok((store, None)) => store,
-        Err(source) => {
-            return Err(ServiceError::Store {
-                path: label.to_owned(),
-                source,
-            })
-        }
+    let err = |source| ServiceError::Store {
+        path: label.to_owned(),
+        source,
     };
+    if blank {
+        return Ok((Store::create(m, opts).map_err(err)?, hook));
+    }
+    let open = pmo_store::OpenOptions {
+        anchor: opts.anchor,
+        kdf: opts.kdf,
+        len,
+    };
+    let (store, report) = Store::open_with(m, &open).map_err(err)?;
+    log_report(label, &report);
     Ok((store, hook))
+}
+
+/// The open's report in the host log: what must not pass unnoticed at warn.
+fn log_report(label: &Path, report: &pmo_store::RecoveryReport) {
+    let at = label.display();
+    for (name, why) in &report.refused {
+        log::warn!("PMO store {at}: PMO {name:?} refused (the guest gets ESTALE): {why}");
+    }
+    for (slot, why) in &report.bad_slots {
+        log::warn!("PMO store {at}: table slot {slot} refused: {why}");
+    }
+    for (slot, e) in &report.anchor_caught_up {
+        if e.destroyed {
+            log::warn!(
+                "PMO store {at}: slot {slot}: PMO {:?} destroyed at commit {}, which its rollback \
+                 anchor had not learned (a destroy cut short by a crash, or an edit): now anchored",
+                e.name,
+                e.commit
+            );
+        }
+    }
+    log::info!("PMO store {at}: {report:?}");
 }

@@ -207,7 +207,7 @@ impl PmoKeys {
     /// MAC over the canonical bytes of a record's bound fields (see `store::record`).
     pub fn record_mac(&self, bound: &[u8]) -> [u8; 32] {
         let mut h = blake3::Hasher::new_keyed(&self.record_key);
-        h.update(b"pmovmm record v2");
+        h.update(b"pmovmm record v3");
         h.update(bound);
         *h.finalize().as_bytes()
     }

@@ -126,9 +126,10 @@ impl Session {
         let mut cell = rt2.lock_rec();
         let r = &cell.rec;
         // Every field that decides how pages are encrypted and checked (suite, KDF cost, uid,
-        // salt, IV, size, extent, design, epochs, root) is under this MAC: a keyless edit of
-        // any of them is refused here, never used.
-        if !r.verify(&keys, &store.superblock.uuid) {
+        // salt, IV, size, extent, design, epochs, root), and the table slot the record was
+        // sealed for, is under this MAC: a keyless edit of any of them, or the record copied
+        // into another slot, is refused here, never used.
+        if !r.verify(&keys, &store.superblock.uuid, pmo.slot) {
             return Err(StoreError::Corrupt {
                 name: pmo.name.clone(),
                 why: "record MAC".into(),

@@ -14,6 +14,7 @@ use std::sync::Mutex;
 
 mod direct;
 mod race;
+mod refused;
 
 use crate::proto::{
     key_field, name_field, request, OP_ATTACH, OP_CREATE, OP_DESTROY, OP_DETACH, OP_PSYNC, OP_STAT,

@@ -97,11 +97,15 @@ pub enum Status {
     Proto = 71,
     /// EBADMSG: a page failed verification (the attachment failed).
     BadMsg = 74,
+    /// ESTALE: the host refused the PMO when it opened the store: its record may be an old
+    /// copy (damaged, duplicated, or contradicted by the rollback anchor) and is not used
+    /// until the host's operator repairs it.
+    Stale = 116,
 }
 
 impl Status {
     /// Every status, for tests that check the C header agrees.
-    pub const ALL: [Status; 14] = [
+    pub const ALL: [Status; 15] = [
         Status::Ok,
         Status::Perm,
         Status::NoEnt,
@@ -116,6 +120,7 @@ impl Status {
         Status::NoSys,
         Status::Proto,
         Status::BadMsg,
+        Status::Stale,
     ];
 }
 

@@ -10,7 +10,7 @@ use std::process::Command;
 use crate::cpio::CpioWriter;
 use crate::env::{timeout_scale, Env};
 use crate::error::{Result, RunnerError};
-use crate::spec::{vmm_args, VmSpec};
+use crate::spec::{push_anchor, vmm_args, VmSpec};
 
 /// A pmem host file and how L1 sees it.
 pub(super) struct Disk {
@@ -236,7 +236,7 @@ pub(super) fn build_payload(
             files.push((k.clone(), at.clone(), 0o600));
             PathBuf::from(format!("/{at}"))
         });
-        let args = vmm_args(
+        let mut args = vmm_args(
             spec,
             Path::new(&k_in),
             Path::new(&i_in),
@@ -245,6 +245,13 @@ pub(super) fn build_payload(
             master_key.as_deref(),
             &cxl_in,
         );
+        // The anchor travels in the payload, writable by the VMM there.
+        let anchor = spec.pmo_anchor.as_ref().map(|a| {
+            let at = format!("payload/pmo/{i}.anchor");
+            files.push((a.clone(), at.clone(), 0o600));
+            PathBuf::from(format!("/{at}"))
+        });
+        push_anchor(&mut args, anchor.as_deref());
         let secs = spec.timeout.mul_f64(scale).as_secs().max(1);
         if spec.shell {
             job += &format!("th_shell {i} /payload/bin/pmovmm");

@@ -340,10 +340,11 @@ pub fn pmo_create(
     Ok(())
 }
 
-/// `store ls PATH`: one line per PMO.
+/// `store ls PATH`: one line per PMO, then one per PMO the store refused at open (and why).
 pub fn store_ls(f: StoreFile<'_>, out: &mut dyn Write) -> Result<Vec<PmoInfo>, StoreCliError> {
     let (open, _) = open_store(f)?;
     let list = open.store.list();
+    let refused = open.store.refused();
     open.close()?;
     writeln!(
         out,
@@ -361,6 +362,10 @@ pub fn store_ls(f: StoreFile<'_>, out: &mut dyn Write) -> Result<Vec<PmoInfo>, S
             p.design.name(),
             p.epoch
         )?;
+    }
+    // Refused PMOs are not in the list, but their names are not free either.
+    for (name, why) in &refused {
+        writeln!(out, "{name:<32} refused: {why}")?;
     }
     Ok(list)
 }

@@ -156,6 +156,9 @@ pub(super) fn open_store(f: StoreFile<'_>) -> Result<(OpenStore, RecoveryReport)
     let m = f.medium(None)?;
     let opts = OpenOptions {
         anchor: f.anchor.map(Path::to_path_buf),
+        // A store file spans its file: a superblock that says otherwise was edited. On
+        // expander media the store may leave the rest to design c's working area.
+        len: m.expander.is_none().then(|| m.medium.len()),
         ..OpenOptions::default()
     };
     let (store, rep) = Store::open_with(m.medium, &opts)?;

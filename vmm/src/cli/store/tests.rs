@@ -225,3 +225,71 @@ fn cli_flow_on_expander_media() {
     assert!(store_ls(sf, &mut out).unwrap().is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 27 from the host tools' side: under an anchor, a PMO whose slot was damaged is
+/// listed as refused (not silently gone), fsck counts it, destroy refuses it; a store file
+/// whose superblock says another length than the file is refused.
+#[test]
+fn the_host_tools_name_a_refused_pmo_and_refuse_an_edited_store_length() {
+    let dir = std::env::temp_dir().join(format!("pmo-cli-refused-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("store");
+    let anchor = dir.join("anchor");
+    let key = UserKey::new(b"k").unwrap();
+    let sf = StoreFile {
+        path: &path,
+        anchor: Some(&anchor),
+        cxl: None,
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    store_create(sf, Some(64 << 20), Some(16), &mut out, &mut err).unwrap();
+    let fast = CreateOptions {
+        kdf: Some(pmo_store::crypto::KdfParams::INSECURE_FAST),
+        ..CreateOptions::default()
+    };
+    pmo_create(sf, "db", 1 << 20, &key, fast, &mut out).unwrap();
+    pmo_create(sf, "other", 1 << 20, &key, fast, &mut out).unwrap();
+    // Both record copies of slot 0 ("db") overwritten.
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let table = 2 * pmo_store::superblock::SB_SIZE;
+        f.write_all_at(&[0x5a; pmo_store::superblock::SLOT_SIZE as usize], table)
+            .unwrap();
+    }
+    let mut ls = Vec::new();
+    let list = store_ls(sf, &mut ls).unwrap();
+    assert_eq!(list.len(), 1);
+    let ls = String::from_utf8(ls).unwrap();
+    assert!(
+        ls.lines()
+            .any(|l| l.starts_with("db ") && l.contains("refused: its table slot 0 is damaged")),
+        "{ls}"
+    );
+    let mut fsck = Vec::new();
+    assert!(matches!(
+        store_fsck(sf, &mut fsck, &mut err),
+        Err(StoreCliError::Unclean(_))
+    ));
+    assert!(String::from_utf8(fsck)
+        .unwrap()
+        .contains("problem: db: refused"));
+    assert!(matches!(
+        store_destroy(sf, "db", &key, &mut out),
+        Err(StoreCliError::Store(StoreError::Refused { .. }))
+    ));
+    // The file grown behind the store's back (or its superblock edited): refused by length.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(128 << 20)
+        .unwrap();
+    let e = store_ls(sf, &mut out).unwrap_err().to_string();
+    assert!(
+        e.contains("an edited superblock (or a resized store file)"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
