@@ -3,7 +3,8 @@
 #
 #   pmo.ko           the virtio-pmo driver, against the guest kernel's headers
 #                    (KDIR from target/guest/kernel-build-dir, written by guest/build.sh)
-#   libpmo.a pmo.h   the C library for guest programs (musl, static)
+#   libpmo.a pmo.h   the C library for guest programs (musl, static), and virtio_pmo.h,
+#                    which pmo.h includes
 #   pmo              the CLI (static)
 #   pmo-bin/         every static guest program to put into the image's /bin
 #                    (pmo, pmo_list, pmo_probe, pmo_tier, pmo_bench; LMDB's mtests on PMOs,
@@ -105,7 +106,7 @@ log "building libpmo.a"
 libbuild="$out/libpmo-build"
 make -s -C "$guest/libpmo" O="$libbuild" CC=musl-gcc all >&2 || die "libpmo build failed"
 cp "$libbuild/libpmo.a" "$out/libpmo.a"
-cp "$guest/libpmo/pmo.h" "$out/pmo.h"
+cp "$guest/libpmo/pmo.h" "$guest/include/uapi/virtio_pmo.h" "$out/"
 
 # 3. Static guest programs.
 log "building ${progs[*]}"

@@ -305,9 +305,9 @@ static int end_session(struct shared *sh)
 
 	if (pmo_stat(sh->base, &st) < 0)
 		return fail(sh, "pmo_stat", errno);
-	sh->t.faults += st.faults;
-	sh->t.fault_ns += st.fault_ns_total;
-	sh->t.prefetched += st.pages_prefetched;
+	sh->t.faults += st.host.faults;
+	sh->t.fault_ns += st.host.fault_ns_total;
+	sh->t.prefetched += st.host.pages_prefetched;
 	t0 = now_ns();
 	if (detach(sh->base) < 0)
 		return fail(sh, "detach", errno);

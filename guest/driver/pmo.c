@@ -483,62 +483,29 @@ static long pmo_ioc_psync(struct pmo_file *pf, void __user *argp)
 	return copy_to_user(argp, &a, sizeof(a)) ? -EFAULT : 0;
 }
 
+/* The device's STAT block goes to user space as it came (little endian). */
 static long pmo_ioc_stat(struct pmo_file *pf, void __user *argp)
 {
 	struct pmo_ioc_stat *a;
-	struct virtio_pmo_stat *w;
-	u32 perm = 0;
 	__le64 h;
 	long err = -EINVAL;
-	int i;
 
-	w = kzalloc(sizeof(*w), GFP_KERNEL);
 	a = kzalloc(sizeof(*a), GFP_KERNEL);
-	if (!w || !a) {
-		err = -ENOMEM;
-		goto out;
-	}
+	if (!a)
+		return -ENOMEM;
 	mutex_lock(&pf->lock);
 	if (pf->state == PMO_F_ATTACHED) {
 		h = cpu_to_le64(pf->handle);
-		perm = pf->perm;
-		err = pmo_request(pf->pd, VIRTIO_PMO_OP_STAT, &h, sizeof(h), w,
-				  sizeof(*w));
+		a->perm = pf->perm;
+		err = pmo_request(pf->pd, VIRTIO_PMO_OP_STAT, &h, sizeof(h),
+				  &a->host, sizeof(a->host));
 	}
 	mutex_unlock(&pf->lock);
-	if (err)
-		goto out;
-	a->size = le64_to_cpu(w->size);
-	a->faults = le64_to_cpu(w->faults);
-	a->fault_ns_total = le64_to_cpu(w->fault_ns_total);
-	a->pages_decrypted = le64_to_cpu(w->pages_decrypted);
-	a->pages_prefetched = le64_to_cpu(w->pages_prefetched);
-	a->psyncs = le64_to_cpu(w->psyncs);
-	a->psync_pages = le64_to_cpu(w->psync_pages);
-	a->psync_ns_total = le64_to_cpu(w->psync_ns_total);
-	a->integrity_failures = le64_to_cpu(w->integrity_failures);
-	for (i = 0; i < PMO_HIST_BUCKETS; i++)
-		a->fault_hist[i] = le64_to_cpu(w->fault_hist[i]);
-	a->triggers = le64_to_cpu(w->triggers);
-	a->trigger_hits = le64_to_cpu(w->trigger_hits);
-	a->trigger_wasted = le64_to_cpu(w->trigger_wasted);
-	a->prefetch_late = le64_to_cpu(w->prefetch_late);
-	a->demand_unpredicted = le64_to_cpu(w->demand_unpredicted);
-	a->dram_pages = le64_to_cpu(w->dram_pages);
-	a->cxl_dirty_pages = le64_to_cpu(w->cxl_dirty_pages);
-	a->promotions = le64_to_cpu(w->promotions);
-	a->demotions = le64_to_cpu(w->demotions);
-	a->prefetch_to_cxl = le64_to_cpu(w->prefetch_to_cxl);
-	a->vm_budget_pages = le64_to_cpu(w->vm_budget_pages);
-	a->vm_dram_pages = le64_to_cpu(w->vm_dram_pages);
-	a->vm_cxl_dirty_pages = le64_to_cpu(w->vm_cxl_dirty_pages);
-	a->vm_bytes_moved = le64_to_cpu(w->vm_bytes_moved);
-	a->perm = perm;
-	a->poisoned = atomic_read(&pf->npoisoned);
-	err = copy_to_user(argp, a, sizeof(*a)) ? -EFAULT : 0;
-out:
+	if (!err) {
+		a->poisoned = atomic_read(&pf->npoisoned);
+		err = copy_to_user(argp, a, sizeof(*a)) ? -EFAULT : 0;
+	}
 	kfree(a);
-	kfree(w);
 	return err;
 }
 
@@ -811,7 +778,7 @@ static void pmo_event_work(struct work_struct *work)
 	struct pmo_dev *pd = container_of(work, struct pmo_dev, event_work);
 	struct virtio_pmo_event *buf, ev;
 	unsigned int len;
-	u32 type;
+	u32 kind;
 
 	for (;;) {
 		spin_lock_irq(&pd->vq_lock);
@@ -830,12 +797,12 @@ static void pmo_event_work(struct work_struct *work)
 			break;
 		if (len != sizeof(ev))
 			continue;	/* reported by the interrupt */
-		type = le32_to_cpu(ev.type);
-		if (type != VIRTIO_PMO_EVENT_PAGE_POISONED && type != VIRTIO_PMO_EVENT_PAGE_BAD)
+		kind = le32_to_cpu(ev.kind);
+		if (kind != VIRTIO_PMO_EVENT_PAGE_POISONED && kind != VIRTIO_PMO_EVENT_PAGE_BAD)
 			continue;
 		pr_warn_ratelimited("handle %llu page %llu failed its integrity check on the host%s\n",
 				    le64_to_cpu(ev.handle), le64_to_cpu(ev.page),
-				    type == VIRTIO_PMO_EVENT_PAGE_BAD ?
+				    kind == VIRTIO_PMO_EVENT_PAGE_BAD ?
 				    " (found before any access)" : "");
 		pmo_poison(pd, le64_to_cpu(ev.handle), le64_to_cpu(ev.page));
 	}
@@ -880,11 +847,11 @@ static void pmo_ev_done(struct virtqueue *vq)
 		pd->evdone_count++;
 		if (len != sizeof(*buf))
 			pr_warn_ratelimited("event of %u bytes ignored\n", len);
-		else if (le32_to_cpu(buf->type) == VIRTIO_PMO_EVENT_PAGE_POISONED)
+		else if (le32_to_cpu(buf->kind) == VIRTIO_PMO_EVENT_PAGE_POISONED)
 			refused[n++] = le64_to_cpu(buf->handle);
-		else if (le32_to_cpu(buf->type) != VIRTIO_PMO_EVENT_PAGE_BAD)
+		else if (le32_to_cpu(buf->kind) != VIRTIO_PMO_EVENT_PAGE_BAD)
 			pr_warn_ratelimited("unknown event type %u ignored\n",
-					    le32_to_cpu(buf->type));
+					    le32_to_cpu(buf->kind));
 	}
 	spin_unlock_irqrestore(&pd->vq_lock, flags);
 

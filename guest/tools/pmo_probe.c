@@ -517,8 +517,8 @@ static int touch4_and_stat(const char *name, struct pmo_stat *st)
 	if (pmo_stat((void *)p, st) < 0)
 		FAIL("pmo_stat: %s", strerror(errno));
 	detach((void *)p);
-	if (st->size != n)
-		FAIL("stat size %llu, attached %zu", (unsigned long long)st->size, n);
+	if (st->host.size != n)
+		FAIL("stat size %llu, attached %zu", (unsigned long long)st->host.size, n);
 	return 0;
 }
 
@@ -528,19 +528,19 @@ static int stats(const char *name)
 
 	if (touch4_and_stat(name, &st))
 		return 1;
-	if (st.pages_decrypted + st.pages_prefetched < 4 || st.faults < 1 || st.psyncs != 1 ||
-	    st.psync_pages < 4 || st.perm != PMO_WRITE || st.integrity_failures)
+	if (st.host.pages_decrypted + st.host.pages_prefetched < 4 || st.host.faults < 1 || st.host.psyncs != 1 ||
+	    st.host.psync_pages < 4 || st.perm != PMO_WRITE || st.host.integrity_failures)
 		FAIL("after touching 4 pages and one psync: faults %llu decrypted %llu prefetched %llu "
 		     "psyncs %llu psync_pages %llu perm %d integrity_failures %llu",
-		     (unsigned long long)st.faults, (unsigned long long)st.pages_decrypted,
-		     (unsigned long long)st.pages_prefetched, (unsigned long long)st.psyncs,
-		     (unsigned long long)st.psync_pages, st.perm,
-		     (unsigned long long)st.integrity_failures);
+		     (unsigned long long)st.host.faults, (unsigned long long)st.host.pages_decrypted,
+		     (unsigned long long)st.host.pages_prefetched, (unsigned long long)st.host.psyncs,
+		     (unsigned long long)st.host.psync_pages, st.perm,
+		     (unsigned long long)st.host.integrity_failures);
 	printf("ok faults %llu decrypted %llu prefetched %llu psyncs %llu psync_pages %llu "
 	       "fault_ns_total %llu\n",
-	       (unsigned long long)st.faults, (unsigned long long)st.pages_decrypted,
-	       (unsigned long long)st.pages_prefetched, (unsigned long long)st.psyncs,
-	       (unsigned long long)st.psync_pages, (unsigned long long)st.fault_ns_total);
+	       (unsigned long long)st.host.faults, (unsigned long long)st.host.pages_decrypted,
+	       (unsigned long long)st.host.pages_prefetched, (unsigned long long)st.host.psyncs,
+	       (unsigned long long)st.host.psync_pages, (unsigned long long)st.host.fault_ns_total);
 	return 0;
 }
 
@@ -554,15 +554,15 @@ static int stats_direct(const char *name)
 
 	if (touch4_and_stat(name, &st))
 		return 1;
-	if (st.faults || st.pages_decrypted || st.pages_prefetched || st.psyncs != 1 ||
-	    st.psync_pages != 4 || st.perm != PMO_WRITE || st.integrity_failures)
+	if (st.host.faults || st.host.pages_decrypted || st.host.pages_prefetched || st.host.psyncs != 1 ||
+	    st.host.psync_pages != 4 || st.perm != PMO_WRITE || st.host.integrity_failures)
 		FAIL("after touching 4 pages of an expander-mapped PMO and one psync: faults %llu "
 		     "decrypted %llu prefetched %llu psyncs %llu psync_pages %llu perm %d "
 		     "integrity_failures %llu",
-		     (unsigned long long)st.faults, (unsigned long long)st.pages_decrypted,
-		     (unsigned long long)st.pages_prefetched, (unsigned long long)st.psyncs,
-		     (unsigned long long)st.psync_pages, st.perm,
-		     (unsigned long long)st.integrity_failures);
+		     (unsigned long long)st.host.faults, (unsigned long long)st.host.pages_decrypted,
+		     (unsigned long long)st.host.pages_prefetched, (unsigned long long)st.host.psyncs,
+		     (unsigned long long)st.host.psync_pages, st.perm,
+		     (unsigned long long)st.host.integrity_failures);
 	printf("ok mapped from the expander: no pager fault, psync of exactly the 4 pages written\n");
 	return 0;
 }
@@ -673,7 +673,7 @@ static int kernel_write(const char *name, const char *page_s, const char *marker
 		}
 		if (!st.poisoned)
 			FAIL("the driver never heard of page %zu (integrity_failures %llu)", bad,
-			     (unsigned long long)st.integrity_failures);
+			     (unsigned long long)st.host.integrity_failures);
 	}
 	if (to_pipe) {
 		if (pipe(fds) < 0)
