@@ -89,7 +89,7 @@ log "building pmo.ko against $kdir"
 build="$out/pmo-build"
 rm -rf "$build"
 mkdir -p "$build/driver" "$build/include/uapi"
-cp "$guest/driver/pmo.c" "$guest/driver/Kbuild" "$build/driver/"
+cp "$guest"/driver/*.c "$guest"/driver/*.h "$guest/driver/Kbuild" "$build/driver/"
 cp "$guest"/include/uapi/*.h "$build/include/uapi/"
 make -s -C "$kdir" M="$build/driver" modules >"$build/kbuild.log" 2>&1 || {
     cat "$build/kbuild.log" >&2
