@@ -112,8 +112,11 @@ cp "$guest/libpmo/pmo.h" "$guest/include/uapi/virtio_pmo.h" "$out/"
 log "building ${progs[*]}"
 mkdir -p "$out/pmo-bin"
 for p in "${progs[@]}"; do
+    # pmo_probe's checks live beside it in probe_*.c (probe.h), one file per concern.
+    srcs=("$guest/tools/$p.c")
+    [[ $p == pmo_probe ]] && srcs+=("$guest"/tools/probe_*.c)
     musl-gcc -static -O2 -std=c11 -Wall -Wextra -Werror -I"$guest/libpmo" -I"$guest/include/uapi" -isystem "$libbuild/uapi" \
-        "$guest/tools/$p.c" "$libbuild/libpmo.a" -pthread -o "$out/pmo-bin/$p.tmp" ||
+        "${srcs[@]}" "$libbuild/libpmo.a" -pthread -o "$out/pmo-bin/$p.tmp" ||
         die "$p build failed"
     if readelf -l "$out/pmo-bin/$p.tmp" | grep -q INTERP; then
         die "$p is dynamically linked"

@@ -18,6 +18,9 @@
  *
  * Exit status: 0 ok, 1 error (one "pmo_bench: ..." line on stderr), 2 usage,
  * 3 verify found a different checksum.
+ *
+ * One concern, kept whole past 600 lines: driving a workload through PMO
+ * sessions; the kernels are kernels.c, the persistent root root.c.
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -11,6 +11,10 @@
  * when no entry is eligible does the thread wait for a release; when every
  * running thread waits and nothing is held, the run fails (ENOSPC for
  * createfile, ENOENT otherwise) instead of hanging.
+ *
+ * One concern, kept whole past 600 lines: the run's threads, picks and
+ * flowops share one locking discipline over the fileset, read best in one
+ * place.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>

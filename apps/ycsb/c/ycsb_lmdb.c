@@ -34,7 +34,8 @@
  * --check, opening the environment and its PMO backend) and holds main();
  * ycsb_cli.c parses the command line into struct config (ycsb_config.h);
  * ycsb_report.c keeps the latency histograms and prints the output lines;
- * ycsb.c is the workload generator.
+ * ycsb.c is the workload generator.  This file stays whole past 600 lines:
+ * it is one concern, running the workload against one LMDB environment.
  */
 #define _GNU_SOURCE
 #include <errno.h>
