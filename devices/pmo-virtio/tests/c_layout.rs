@@ -141,11 +141,14 @@ fn c_constants(header: &str) -> Vec<String> {
     names
 }
 
+/// A field as the compiler lays it out: (name, offsetof, sizeof).
+type CField = (String, usize, usize);
+
 /// What the C compiler makes of a header: its structures' layouts and its constants' values.
 #[derive(Debug, Default)]
 struct CSide {
-    /// Tag -> (sizeof, [(field, offsetof, sizeof)]).
-    structs: BTreeMap<String, (usize, Vec<(String, usize, usize)>)>,
+    /// Tag -> (sizeof, fields).
+    structs: BTreeMap<String, (usize, Vec<CField>)>,
     consts: BTreeMap<String, i64>,
 }
 
@@ -208,7 +211,7 @@ fn mismatches(c: &CSide, rust: &[wire::Layout]) -> Vec<String> {
         if *size != l.size {
             out.push(format!("{}: C {} bytes, Rust {}", l.c_name, size, l.size));
         }
-        let rust_fields: Vec<(String, usize, usize)> = l
+        let rust_fields: Vec<CField> = l
             .fields
             .iter()
             .map(|f| (f.name.to_string(), f.offset, f.size))
