@@ -3,7 +3,8 @@
 #
 #   pmo.ko           the virtio-pmo driver, against the guest kernel's headers
 #                    (KDIR from target/guest/kernel-build-dir, written by guest/build.sh)
-#   libpmo.a pmo.h   the C library for guest programs (musl, static)
+#   libpmo.a pmo.h   the C library for guest programs (musl, static), and virtio_pmo.h,
+#                    which pmo.h includes
 #   pmo              the CLI (static)
 #   pmo-bin/         every static guest program to put into the image's /bin
 #                    (pmo, pmo_list, pmo_probe, pmo_tier, pmo_bench; LMDB's mtests on PMOs,
@@ -88,7 +89,7 @@ log "building pmo.ko against $kdir"
 build="$out/pmo-build"
 rm -rf "$build"
 mkdir -p "$build/driver" "$build/include/uapi"
-cp "$guest/driver/pmo.c" "$guest/driver/Kbuild" "$build/driver/"
+cp "$guest"/driver/*.c "$guest"/driver/*.h "$guest/driver/Kbuild" "$build/driver/"
 cp "$guest"/include/uapi/*.h "$build/include/uapi/"
 make -s -C "$kdir" M="$build/driver" modules >"$build/kbuild.log" 2>&1 || {
     cat "$build/kbuild.log" >&2
@@ -105,14 +106,17 @@ log "building libpmo.a"
 libbuild="$out/libpmo-build"
 make -s -C "$guest/libpmo" O="$libbuild" CC=musl-gcc all >&2 || die "libpmo build failed"
 cp "$libbuild/libpmo.a" "$out/libpmo.a"
-cp "$guest/libpmo/pmo.h" "$out/pmo.h"
+cp "$guest/libpmo/pmo.h" "$guest/include/uapi/virtio_pmo.h" "$out/"
 
 # 3. Static guest programs.
 log "building ${progs[*]}"
 mkdir -p "$out/pmo-bin"
 for p in "${progs[@]}"; do
+    # pmo_probe's checks live beside it in probe_*.c (probe.h), one file per concern.
+    srcs=("$guest/tools/$p.c")
+    [[ $p == pmo_probe ]] && srcs+=("$guest"/tools/probe_*.c)
     musl-gcc -static -O2 -std=c11 -Wall -Wextra -Werror -I"$guest/libpmo" -I"$guest/include/uapi" -isystem "$libbuild/uapi" \
-        "$guest/tools/$p.c" "$libbuild/libpmo.a" -pthread -o "$out/pmo-bin/$p.tmp" ||
+        "${srcs[@]}" "$libbuild/libpmo.a" -pthread -o "$out/pmo-bin/$p.tmp" ||
         die "$p build failed"
     if readelf -l "$out/pmo-bin/$p.tmp" | grep -q INTERP; then
         die "$p is dynamically linked"

@@ -25,6 +25,6 @@ if [[ ! -x $tool ]]; then
 fi
 
 cd "$repo"
-files=(guest/driver/pmo.c guest/include/uapi/*.h)
+files=(guest/driver/*.c guest/driver/*.h guest/include/uapi/*.h)
 "$tool" --strict --no-tree --terse -f "${files[@]}"
 echo "checkpatch.sh: ${files[*]} clean"

@@ -22,11 +22,6 @@
 #include "pmo_internal.h"
 #include "pmo_ioctl.h"
 
-_Static_assert(PMO_NAME_MAX == VIRTIO_PMO_NAME_MAX, "pmo.h and virtio_pmo.h disagree");
-_Static_assert(PMO_KEY_MAX == VIRTIO_PMO_KEY_FIELD, "pmo.h and virtio_pmo.h disagree");
-_Static_assert(PMO_READ == VIRTIO_PMO_PERM_READ && PMO_WRITE == VIRTIO_PMO_PERM_WRITE,
-	       "pmo.h and virtio_pmo.h disagree");
-
 #define PMO_DEV "/dev/pmo"
 
 struct att {
@@ -305,7 +300,6 @@ int psync(void *addr)
 int pmo_stat(void *addr, struct pmo_stat *st)
 {
 	struct pmo_ioc_stat s;
-	int i;
 
 	if (!st) {
 		errno = EINVAL;
@@ -315,31 +309,7 @@ int pmo_stat(void *addr, struct pmo_stat *st)
 	if (att_ioctl(addr, PMO_IOC_STAT, &s) < 0)
 		return -1;
 	memset(st, 0, sizeof(*st));
-	st->size = s.size;
-	st->faults = s.faults;
-	st->fault_ns_total = s.fault_ns_total;
-	st->pages_decrypted = s.pages_decrypted;
-	st->pages_prefetched = s.pages_prefetched;
-	st->psyncs = s.psyncs;
-	st->psync_pages = s.psync_pages;
-	st->psync_ns_total = s.psync_ns_total;
-	st->integrity_failures = s.integrity_failures;
-	for (i = 0; i < 16; i++)
-		st->fault_hist[i] = s.fault_hist[i];
-	st->triggers = s.triggers;
-	st->trigger_hits = s.trigger_hits;
-	st->trigger_wasted = s.trigger_wasted;
-	st->prefetch_late = s.prefetch_late;
-	st->demand_unpredicted = s.demand_unpredicted;
-	st->dram_pages = s.dram_pages;
-	st->cxl_dirty_pages = s.cxl_dirty_pages;
-	st->promotions = s.promotions;
-	st->demotions = s.demotions;
-	st->prefetch_to_cxl = s.prefetch_to_cxl;
-	st->vm_budget_pages = s.vm_budget_pages;
-	st->vm_dram_pages = s.vm_dram_pages;
-	st->vm_cxl_dirty_pages = s.vm_cxl_dirty_pages;
-	st->vm_bytes_moved = s.vm_bytes_moved;
+	st->host = s.host;
 	st->perm = s.perm == PMO_PERM_WRITE ? PMO_WRITE : PMO_READ;
 	st->poisoned = s.poisoned;
 	return 0;

@@ -68,16 +68,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * The device protocol's structures (pmo_stat's counters).  It includes
+ * <linux/types.h>: with musl, add the system's kernel headers, e.g.
+ * -isystem target/guest/libpmo-build/uapi (guest/libpmo/README.md).
+ */
+#include "virtio_pmo.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define PMO_READ	1	/* attach for reading; many readers at once */
-#define PMO_WRITE	2	/* attach for reading and writing; exclusive */
+#define PMO_READ	VIRTIO_PMO_PERM_READ	/* attach for reading; many readers at once */
+#define PMO_WRITE	VIRTIO_PMO_PERM_WRITE	/* attach for reading and writing; exclusive */
 
-/* The device protocol's limits (include/uapi/virtio_pmo.h; libpmo checks they agree). */
-#define PMO_NAME_MAX	63
-#define PMO_KEY_MAX	64
+/* The device protocol's limits (virtio_pmo.h). */
+#define PMO_NAME_MAX	VIRTIO_PMO_NAME_MAX	/* 63 */
+#define PMO_KEY_MAX	VIRTIO_PMO_KEY_FIELD	/* 64 */
 
 /* Create PMO @name of @size bytes (whole pages, zero-filled) under @key. */
 int pcreate(const char *name, size_t size, const char *key);
@@ -101,47 +108,28 @@ int psync(void *addr);
 /* Size in bytes of the attachment containing @addr, or 0 with errno EINVAL. */
 size_t pmo_size(void *addr);
 
+/*
+ * Statistics of an attachment.  host is the device's STAT block, defined
+ * once in virtio_pmo.h (guest/include/uapi/), as the device sent it: little
+ * endian, the byte order of x86-64.  Its counters:
+ *   size, faults (host faults served this session), fault_ns_total,
+ *   pages_decrypted, pages_prefetched, psyncs, psync_pages, psync_ns_total,
+ *   integrity_failures, fault_hist[i] (faults of [2^i, 2^(i+1)) us);
+ *   prediction: a pre-populated page is used without a fault, so the host
+ *   holds one page of each predicted batch back as a trigger whose use (or
+ *   expiry unused) it sees; late pages were predicted but not ready when
+ *   touched.  Estimates, as in the paper (seed 000 4.2):
+ *     accuracy   ~ trigger_hits / (trigger_hits + trigger_wasted)
+ *     used       ~ accuracy * pages_prefetched + trigger_hits + prefetch_late
+ *     coverage   ~ used / (used + demand_unpredicted)
+ *     timeliness ~ (used - prefetch_late) / used
+ *   tier: DRAM/CXL tiering when the VMM keeps PMO plaintext within a DRAM
+ *   budget (all 0 otherwise): dram_pages, cxl_dirty_pages, promotions,
+ *   demotions, prefetch_to_cxl of this attachment, vm_budget_pages,
+ *   vm_dram_pages, vm_cxl_dirty_pages, vm_bytes_moved across the VM.
+ */
 struct pmo_stat {
-	uint64_t size;
-	uint64_t faults;		/* host faults served this session */
-	uint64_t fault_ns_total;
-	uint64_t pages_decrypted;
-	uint64_t pages_prefetched;
-	uint64_t psyncs;
-	uint64_t psync_pages;
-	uint64_t psync_ns_total;
-	uint64_t integrity_failures;
-	uint64_t fault_hist[16];	/* faults of [2^i, 2^(i+1)) us */
-	/*
-	 * Prediction.  A pre-populated page is used without a fault, so the
-	 * host holds one page of each predicted batch back as a trigger whose
-	 * use (or expiry unused) it sees; late pages were predicted but not
-	 * ready when touched.  Estimates, as in the paper (seed 000 4.2):
-	 *   accuracy   ~ trigger_hits / (trigger_hits + trigger_wasted)
-	 *   used       ~ accuracy * pages_prefetched + trigger_hits + prefetch_late
-	 *   coverage   ~ used / (used + demand_unpredicted)
-	 *   timeliness ~ (used - prefetch_late) / used
-	 */
-	uint64_t triggers;		/* predicted pages held back as triggers */
-	uint64_t trigger_hits;		/* triggers touched: predictions used */
-	uint64_t trigger_wasted;	/* triggers never touched */
-	uint64_t prefetch_late;		/* touched before the prefetch was ready */
-	uint64_t demand_unpredicted;	/* faults on pages nobody predicted */
-	/*
-	 * DRAM/CXL tiering, when the VMM keeps PMO plaintext within a DRAM
-	 * budget (all 0 otherwise): this attachment's pages in local DRAM and
-	 * its written pages demoted to the expander's device memory, pages
-	 * moved in and out, and the same across the VM.
-	 */
-	uint64_t dram_pages;
-	uint64_t cxl_dirty_pages;
-	uint64_t promotions;
-	uint64_t demotions;
-	uint64_t prefetch_to_cxl;	/* predictions left in the CXL tier */
-	uint64_t vm_budget_pages;
-	uint64_t vm_dram_pages;
-	uint64_t vm_cxl_dirty_pages;
-	uint64_t vm_bytes_moved;
+	struct virtio_pmo_stat host;
 	int perm;			/* PMO_READ or PMO_WRITE */
 	unsigned int poisoned;		/* pages reported poisoned */
 };

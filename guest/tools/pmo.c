@@ -203,31 +203,31 @@ static int cmd_stat(const char *name, const char *key)
 		       "pages_decrypted %llu\npages_prefetched %llu\npsyncs %llu\n"
 		       "psync_pages %llu\npsync_ns_total %llu\nintegrity_failures %llu\n"
 		       "poisoned %u\nfault_hist_us",
-		       name, (unsigned long long)st.size, (unsigned long long)st.faults,
-		       (unsigned long long)st.fault_ns_total,
-		       (unsigned long long)st.pages_decrypted,
-		       (unsigned long long)st.pages_prefetched, (unsigned long long)st.psyncs,
-		       (unsigned long long)st.psync_pages, (unsigned long long)st.psync_ns_total,
-		       (unsigned long long)st.integrity_failures, st.poisoned);
-		for (i = 0; i < 16; i++)
-			printf(" %llu", (unsigned long long)st.fault_hist[i]);
+		       name, (unsigned long long)st.host.size, (unsigned long long)st.host.faults,
+		       (unsigned long long)st.host.fault_ns_total,
+		       (unsigned long long)st.host.pages_decrypted,
+		       (unsigned long long)st.host.pages_prefetched, (unsigned long long)st.host.psyncs,
+		       (unsigned long long)st.host.psync_pages, (unsigned long long)st.host.psync_ns_total,
+		       (unsigned long long)st.host.integrity_failures, st.poisoned);
+		for (i = 0; i < VIRTIO_PMO_HIST_BUCKETS; i++)
+			printf(" %llu", (unsigned long long)st.host.fault_hist[i]);
 		printf("\ntriggers %llu\ntrigger_hits %llu\ntrigger_wasted %llu\n"
 		       "prefetch_late %llu\ndemand_unpredicted %llu\n",
-		       (unsigned long long)st.triggers, (unsigned long long)st.trigger_hits,
-		       (unsigned long long)st.trigger_wasted,
-		       (unsigned long long)st.prefetch_late,
-		       (unsigned long long)st.demand_unpredicted);
+		       (unsigned long long)st.host.triggers, (unsigned long long)st.host.trigger_hits,
+		       (unsigned long long)st.host.trigger_wasted,
+		       (unsigned long long)st.host.prefetch_late,
+		       (unsigned long long)st.host.demand_unpredicted);
 		printf("dram_pages %llu\ncxl_dirty_pages %llu\npromotions %llu\n"
 		       "demotions %llu\nprefetch_to_cxl %llu\nvm_budget_pages %llu\n"
 		       "vm_dram_pages %llu\nvm_cxl_dirty_pages %llu\nvm_bytes_moved %llu\n",
-		       (unsigned long long)st.dram_pages,
-		       (unsigned long long)st.cxl_dirty_pages,
-		       (unsigned long long)st.promotions, (unsigned long long)st.demotions,
-		       (unsigned long long)st.prefetch_to_cxl,
-		       (unsigned long long)st.vm_budget_pages,
-		       (unsigned long long)st.vm_dram_pages,
-		       (unsigned long long)st.vm_cxl_dirty_pages,
-		       (unsigned long long)st.vm_bytes_moved);
+		       (unsigned long long)st.host.tier.dram_pages,
+		       (unsigned long long)st.host.tier.cxl_dirty_pages,
+		       (unsigned long long)st.host.tier.promotions, (unsigned long long)st.host.tier.demotions,
+		       (unsigned long long)st.host.tier.prefetch_to_cxl,
+		       (unsigned long long)st.host.tier.vm_budget_pages,
+		       (unsigned long long)st.host.tier.vm_dram_pages,
+		       (unsigned long long)st.host.tier.vm_cxl_dirty_pages,
+		       (unsigned long long)st.host.tier.vm_bytes_moved);
 	}
 	return detach_report(name, p, rc);
 }

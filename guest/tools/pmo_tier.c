@@ -88,21 +88,21 @@ static int run(const char *name, uint64_t pages, uint64_t rounds, const char *ke
 	 */
 	if (pmo_stat(pmo, &st) < 0)
 		return failf("pmo_stat", errno);
-	synced = st.psync_pages;
+	synced = st.host.psync_pages;
 	if (psync(pmo) < 0)
 		return failf("psync", errno);
 	if (pmo_stat(pmo, &st) < 0)
 		return failf("pmo_stat", errno);
 	printf("ok rounds=%llu reread_psync_pages=%llu dram_pages=%llu cxl_dirty_pages=%llu promotions=%llu demotions=%llu vm_budget_pages=%llu vm_dram_pages=%llu vm_cxl_dirty_pages=%llu vm_bytes_moved=%llu\n",
 	       (unsigned long long)rounds,
-	       (unsigned long long)(st.psync_pages - synced),
-	       (unsigned long long)st.dram_pages,
-	       (unsigned long long)st.cxl_dirty_pages,
-	       (unsigned long long)st.promotions, (unsigned long long)st.demotions,
-	       (unsigned long long)st.vm_budget_pages,
-	       (unsigned long long)st.vm_dram_pages,
-	       (unsigned long long)st.vm_cxl_dirty_pages,
-	       (unsigned long long)st.vm_bytes_moved);
+	       (unsigned long long)(st.host.psync_pages - synced),
+	       (unsigned long long)st.host.tier.dram_pages,
+	       (unsigned long long)st.host.tier.cxl_dirty_pages,
+	       (unsigned long long)st.host.tier.promotions, (unsigned long long)st.host.tier.demotions,
+	       (unsigned long long)st.host.tier.vm_budget_pages,
+	       (unsigned long long)st.host.tier.vm_dram_pages,
+	       (unsigned long long)st.host.tier.vm_cxl_dirty_pages,
+	       (unsigned long long)st.host.tier.vm_bytes_moved);
 	if (detach(pmo) < 0)
 		return failf("detach", errno);
 	return 0;

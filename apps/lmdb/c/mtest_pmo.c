@@ -105,7 +105,7 @@ static int shim_detach(void *ctx, void *addr)
 
 	if (pmo_stat(addr, &st) == 0)
 		fprintf(stderr, "mtest_pmo: detach syncs=%lu psyncs=%llu\n", s->syncs,
-			(unsigned long long)st.psyncs);
+			(unsigned long long)st.host.psyncs);
 	else
 		fprintf(stderr, "mtest_pmo: detach syncs=%lu psyncs=? (%s)\n", s->syncs,
 			strerror(errno));

@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use virtio_queue::Queue;
-use vm_memory::{ByteValued, GuestMemoryMmap, Le32};
+use vm_memory::{GuestMemoryMmap, Le32};
+use zerocopy::{Immutable, IntoBytes};
 
 use crate::worker::{QueueHandler, QueueWorker};
 use crate::{
@@ -99,15 +100,15 @@ impl Drop for FileMapping {
     }
 }
 
-/// The config space layout of virtio-pmem (virtio spec 5.19.4).
-#[derive(Clone, Copy, Default)]
+/// The config space layout of virtio-pmem (virtio spec 5.19.4): little-endian fields, native
+/// integers (x86-64 host), no padding (the derives prove it).
+#[derive(Clone, Copy, Default, IntoBytes, Immutable)]
 #[repr(C, packed)]
 struct PmemConfig {
     start: u64,
     size: u64,
 }
-// SAFETY: plain old data without padding.
-unsafe impl ByteValued for PmemConfig {}
+const _: () = assert!(cfg!(target_endian = "little"));
 
 /// A virtio-pmem device backed by a host file.
 pub struct Pmem {
@@ -205,7 +206,7 @@ impl VirtioDevice for Pmem {
     }
 
     fn read_config(&self, offset: u64, data: &mut [u8]) {
-        read_config_bytes(self.config.as_slice(), offset, data);
+        read_config_bytes(self.config.as_bytes(), offset, data);
     }
 
     fn write_config(&mut self, offset: u64, _data: &[u8]) {

@@ -26,7 +26,6 @@
 #define PMO_NAME_LEN	VIRTIO_PMO_NAME_FIELD	/* name buffer: 1..63 bytes + NUL padding */
 #define PMO_KEY_LEN	VIRTIO_PMO_KEY_FIELD	/* key buffer: 1..64 bytes */
 #define PMO_DESIGN_LEN	VIRTIO_PMO_DESIGN_FIELD	/* design name buffer, NUL padded */
-#define PMO_HIST_BUCKETS VIRTIO_PMO_HIST_BUCKETS
 
 #define PMO_PERM_READ	VIRTIO_PMO_PERM_READ
 #define PMO_PERM_WRITE	VIRTIO_PMO_PERM_WRITE
@@ -71,34 +70,15 @@ struct pmo_ioc_design {
 	char name[PMO_DESIGN_LEN];	/* in: e.g. "d", "sp-id", "wedi" */
 };
 
-/* Host-side statistics of the attachment (struct pmo_stat of the protocol). */
+/*
+ * The attachment's statistics: the device's STAT answer as it came, little
+ * endian (struct virtio_pmo_stat, the one definition of those counters),
+ * and what the driver itself knows.
+ */
 struct pmo_ioc_stat {
-	__u64 size;
-	__u64 faults;
-	__u64 fault_ns_total;
-	__u64 pages_decrypted;
-	__u64 pages_prefetched;
-	__u64 psyncs;
-	__u64 psync_pages;
-	__u64 psync_ns_total;
-	__u64 integrity_failures;
-	__u64 fault_hist[PMO_HIST_BUCKETS];	/* [2^i, 2^(i+1)) us */
-	__u64 triggers;
-	__u64 trigger_hits;
-	__u64 trigger_wasted;
-	__u64 prefetch_late;
-	__u64 demand_unpredicted;
-	__u64 dram_pages;			/* tiering: see virtio_pmo.h */
-	__u64 cxl_dirty_pages;
-	__u64 promotions;
-	__u64 demotions;
-	__u64 prefetch_to_cxl;
-	__u64 vm_budget_pages;
-	__u64 vm_dram_pages;
-	__u64 vm_cxl_dirty_pages;
-	__u64 vm_bytes_moved;
-	__u32 perm;				/* PMO_PERM_* of this attachment */
-	__u32 poisoned;				/* pages the host reported poisoned */
+	struct virtio_pmo_stat host;	/* out */
+	__u32 perm;			/* out: PMO_PERM_* of this attachment */
+	__u32 poisoned;			/* out: pages the host reported poisoned */
 };
 
 /* The device's configuration space. */

@@ -2,10 +2,12 @@
 /*
  * virtio_pmo.h - the virtio-pmo device protocol (docs/virtio-pmo.md).
  *
- * One definition for the guest driver (guest/driver/pmo.c) and, through
+ * One definition for the guest driver (guest/driver/) and, through
  * pmo_ioctl.h, libpmo.  The device model's side is
- * devices/pmo-virtio/src/proto/; its test tests/c_layout.rs compiles this
- * header and fails if any constant, size or offset differs.
+ * devices/pmo-virtio/src/proto/wire.rs; its test tests/c_layout.rs reads
+ * every structure and constant of this header, asks the compiler for each
+ * field's offset and size, and fails unless the Rust side has the same
+ * fields, names, offsets, sizes and values.
  *
  * Every field is little-endian and no structure has padding.  A request is
  * a virtio_pmo_req_hdr followed by the op's payload; a response is a
@@ -134,6 +136,24 @@ struct virtio_pmo_psync_resp {
 	__le64 pages_written;
 } __attribute__((packed));
 
+/* DRAM/CXL tiering under the VMM's DRAM budget (all 0 without one). */
+struct virtio_pmo_tier_stat {
+	__le64 dram_pages;		/* this attachment's pages in local DRAM */
+	__le64 cxl_dirty_pages;		/* ... written, demoted to device memory */
+	__le64 promotions;		/* ... brought back into DRAM */
+	__le64 demotions;		/* ... moved out of DRAM */
+	__le64 prefetch_to_cxl;		/* predictions left in the CXL tier */
+	__le64 vm_budget_pages;		/* the VM's DRAM budget */
+	__le64 vm_dram_pages;		/* resident across the VM's attachments */
+	__le64 vm_cxl_dirty_pages;	/* in device memory across them */
+	__le64 vm_bytes_moved;		/* between DRAM and the CXL tier */
+} __attribute__((packed));
+
+/*
+ * STAT's answer: the attachment's host-side counters.  The one definition
+ * of this block: PMO_IOC_STAT passes it to user space unchanged and libpmo's
+ * struct pmo_stat embeds it.
+ */
 struct virtio_pmo_stat {
 	__le64 size;
 	__le64 faults;
@@ -150,16 +170,7 @@ struct virtio_pmo_stat {
 	__le64 trigger_wasted;
 	__le64 prefetch_late;
 	__le64 demand_unpredicted;
-	/* DRAM/CXL tiering under the VMM's DRAM budget (all 0 without one). */
-	__le64 dram_pages;		/* this attachment's pages in local DRAM */
-	__le64 cxl_dirty_pages;		/* ... written, demoted to device memory */
-	__le64 promotions;		/* ... brought back into DRAM */
-	__le64 demotions;		/* ... moved out of DRAM */
-	__le64 prefetch_to_cxl;		/* predictions left in the CXL tier */
-	__le64 vm_budget_pages;		/* the VM's DRAM budget */
-	__le64 vm_dram_pages;		/* resident across the VM's attachments */
-	__le64 vm_cxl_dirty_pages;	/* in device memory across them */
-	__le64 vm_bytes_moved;		/* between DRAM and the CXL tier */
+	struct virtio_pmo_tier_stat tier;
 } __attribute__((packed));
 
 struct virtio_pmo_list_resp {
@@ -171,7 +182,7 @@ struct virtio_pmo_list_resp {
 
 /* One event-queue buffer. */
 struct virtio_pmo_event {
-	__le32 type;			/* VIRTIO_PMO_EVENT_* */
+	__le32 kind;			/* VIRTIO_PMO_EVENT_* */
 	__le32 reserved;
 	__le64 handle;
 	__le64 page;			/* from the PMO's start */

@@ -325,31 +325,30 @@ fn a_predictor_prefetches_after_faults() {
     let (_, h, off, _) = attach(&s, "seq", false, b"k");
     // SAFETY: inside the attached slice.
     assert_eq!(unsafe { *window(&s, off) }, 0);
-    let stat = |i: usize| {
+    // Fields are read by value (`{ .. }` in assert_eq!): the wire struct is packed.
+    let stat = || {
         let (st, r) = call(&s, OP_STAT, &h.to_le_bytes());
         assert_eq!(st, Status::Ok);
-        u64::from_le_bytes(r[i * 8..i * 8 + 8].try_into().unwrap())
+        proto::StatResponse::decode(&r).expect("STAT answers a struct virtio_pmo_stat")
     };
     // After the fault on page 0, pages 1..=4 are predicted: pages_prefetched
-    // (field 4) reaches 3, and page 3 is held back as a trigger (field 25).
+    // reaches 3, and page 3 is held back as a trigger.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while stat(4) < 3 || stat(25) < 1 {
+    while stat().pages_prefetched < 3 || stat().triggers < 1 {
         assert!(std::time::Instant::now() < deadline, "no prefetch happened");
         std::thread::yield_now();
     }
-    assert_eq!(stat(1), 1, "one demand fault so far");
-    // Touching the trigger is a fault, seen as a used prediction (field 26).
+    assert_eq!({ stat().faults }, 1, "one demand fault so far");
+    // Touching the trigger is a fault, seen as a used prediction.
     // SAFETY: inside the attached slice.
     assert_eq!(unsafe { *window(&s, off).add(3 * 4096) }, 0);
-    assert_eq!(stat(1), 2);
-    assert_eq!(stat(26), 1, "trigger hit");
-    // demand_unpredicted (field 29): only page 0.
-    assert_eq!(stat(29), 1);
-    let (_, r) = call(&s, OP_STAT, &h.to_le_bytes());
-    // Header, predictor and tiering words (the last zero here: no DRAM budget).
-    assert_eq!(r.len(), 8 * (9 + 16 + 5 + 9), "struct pmo_stat size");
-    assert!(
-        r[8 * 30..].iter().all(|&b| b == 0),
+    assert_eq!({ stat().faults }, 2);
+    assert_eq!({ stat().trigger_hits }, 1, "trigger hit");
+    // Only page 0 was a demand fault nobody predicted.
+    assert_eq!({ stat().demand_unpredicted }, 1);
+    assert_eq!(
+        stat().tier,
+        proto::TierStat::default(),
         "no tiering without a budget"
     );
     call(&s, OP_DETACH, &h.to_le_bytes());

@@ -7,17 +7,17 @@
 //! checked here, before anything else sees it, and any violation becomes an
 //! error status. Keys are copied into zeroizing buffers only.
 //!
-//! Files: this one holds the constants, statuses and the header; `request.rs` the requests;
-//! `response.rs` the responses and events.
+//! Files: this one holds the constants and statuses; `wire.rs` every wire structure (one
+//! definition each, with the field table the C header is checked against); `request.rs` the
+//! parsing of requests; `response.rs` the checked views of LIST entries and events.
 
 mod request;
 mod response;
+pub mod wire;
 
 pub use request::{parse, parse_name, KeyBytes, Request, MAX_REQUEST_LEN};
-pub use response::{
-    AttachResponse, DeviceConfig, Event, ListEntry, PsyncResponse, StatResponse, TierStat,
-    LIST_DETACHED, LIST_READERS, LIST_WRITER,
-};
+pub use response::{Event, ListEntry, LIST_DETACHED, LIST_READERS, LIST_WRITER};
+pub use wire::{AttachResponse, DeviceConfig, PsyncResponse, StatResponse, TierStat};
 
 /// Virtio device type of the PMO device (unassigned in virtio 1.3; see docs/virtio-pmo.md).
 pub const VIRTIO_ID_PMO: u32 = 63;
@@ -124,23 +124,24 @@ impl Status {
     ];
 }
 
-/// Encodes a response: header, then as much payload as `room` allows.
+/// Encodes a response: header, then the payload (a response payload is one of the fixed-size
+/// wire structs, far below 4 GiB).
 pub fn response(status: Status, payload: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(HEADER_LEN + payload.len());
-    v.extend_from_slice(&(status as u32).to_le_bytes());
-    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    v.extend_from_slice(payload);
-    v
+    let hdr = wire::RespHeader {
+        status: status as u32,
+        len: payload.len() as u32,
+    };
+    [&hdr.encode()[..], payload].concat()
 }
 
 /// Builds a request (for tests and host tools that drive the device directly).
 pub fn request(op: u16, payload: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(HEADER_LEN + payload.len());
-    v.extend_from_slice(&VERSION.to_le_bytes());
-    v.extend_from_slice(&op.to_le_bytes());
-    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    v.extend_from_slice(payload);
-    v
+    let hdr = wire::ReqHeader {
+        version: VERSION,
+        op,
+        len: payload.len() as u32,
+    };
+    [&hdr.encode()[..], payload].concat()
 }
 
 /// Wire encoding of a name field.

@@ -1,9 +1,12 @@
-//! Requests: the header and each op's payload, parsed and validated field by field.
+//! Requests: the header and each op's payload, read through their wire structs (`wire.rs`)
+//! and validated field by field into a [`Request`].
 
+use zerocopy::{FromBytes, Immutable, KnownLayout, Unaligned};
 use zeroize::Zeroizing;
 
 use pmo_store::{Design, Perm};
 
+use super::wire::{AttachReq, CreateReq, DestroyReq, HandleReq, ListReq, ReqHeader, SetDesignReq};
 use super::*;
 
 /// A user key as it arrived, wiped when dropped.
@@ -81,45 +84,13 @@ impl Request {
     }
 }
 
-/// Cursor over the request payload; every read is bounds checked.
-pub(super) struct Fields<'a> {
-    pub(super) buf: &'a [u8],
-}
-
-impl<'a> Fields<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], Status> {
-        if self.buf.len() < n {
-            return Err(Status::Inval);
-        }
-        let (head, rest) = self.buf.split_at(n);
-        self.buf = rest;
-        Ok(head)
+/// The key of a request: `len` bytes of `field`, 1..=64.
+fn key(len: u32, field: &[u8; KEY_FIELD]) -> Result<KeyBytes, Status> {
+    let len = usize::try_from(len).map_err(|_| Status::Inval)?;
+    if len == 0 || len > KEY_FIELD {
+        return Err(Status::Inval);
     }
-
-    pub(super) fn u32(&mut self) -> Result<u32, Status> {
-        let b = self.take(4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    pub(super) fn u64(&mut self) -> Result<u64, Status> {
-        let b = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(u64::from_le_bytes(a))
-    }
-
-    pub(super) fn name(&mut self) -> Result<String, Status> {
-        parse_name(self.take(NAME_FIELD)?)
-    }
-
-    fn key(&mut self) -> Result<KeyBytes, Status> {
-        let len = self.u32()? as usize;
-        let field = self.take(KEY_FIELD)?;
-        if len == 0 || len > KEY_FIELD {
-            return Err(Status::Inval);
-        }
-        Ok(Zeroizing::new(field[..len].to_vec()))
-    }
+    Ok(Zeroizing::new(field[..len].to_vec()))
 }
 
 /// A NUL-padded name: 1..=63 bytes of `[A-Za-z0-9._-]`, not starting with
@@ -148,71 +119,85 @@ pub fn parse_name(field: &[u8]) -> Result<String, Status> {
 /// Size of each op's payload.
 fn payload_len(op: u16) -> Option<usize> {
     Some(match op {
-        OP_CREATE => NAME_FIELD + 8 + 4 + KEY_FIELD,
-        OP_DESTROY => NAME_FIELD + 4 + KEY_FIELD,
-        OP_ATTACH => NAME_FIELD + 4 + 4 + KEY_FIELD,
-        OP_DETACH | OP_PSYNC | OP_STAT => 8,
-        OP_SET_DESIGN => DESIGN_FIELD,
-        OP_LIST => 4,
+        OP_CREATE => CreateReq::LEN,
+        OP_DESTROY => DestroyReq::LEN,
+        OP_ATTACH => AttachReq::LEN,
+        OP_DETACH | OP_PSYNC | OP_STAT => HandleReq::LEN,
+        OP_SET_DESIGN => SetDesignReq::LEN,
+        OP_LIST => ListReq::LEN,
         _ => return None,
     })
 }
 
 /// The largest request the device ever needs to read.
-pub const MAX_REQUEST_LEN: usize = HEADER_LEN + NAME_FIELD + 8 + 4 + KEY_FIELD;
+pub const MAX_REQUEST_LEN: usize = HEADER_LEN + CreateReq::LEN;
+const _: () = assert!(CreateReq::LEN >= AttachReq::LEN && CreateReq::LEN >= DestroyReq::LEN);
+
+/// The op's payload read as its wire struct, borrowed from the request (keys are not copied
+/// out of it here). Its length was checked against the op before.
+fn payload<T: FromBytes + KnownLayout + Immutable + Unaligned>(p: &[u8]) -> Result<&T, Status> {
+    T::ref_from_bytes(p).map_err(|_| Status::Inval)
+}
 
 /// Parses and validates one request (header + payload).
 pub fn parse(bytes: &[u8]) -> Result<Request, Status> {
-    if bytes.len() < HEADER_LEN {
+    let (hdr, rest) = ReqHeader::read_from_prefix(bytes).map_err(|_| Status::Proto)?;
+    if hdr.version != VERSION {
         return Err(Status::Proto);
     }
-    let version = u16::from_le_bytes([bytes[0], bytes[1]]);
-    let op = u16::from_le_bytes([bytes[2], bytes[3]]);
-    let len = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]) as usize;
-    if version != VERSION {
-        return Err(Status::Proto);
-    }
-    let expected = payload_len(op).ok_or(Status::NoSys)?;
-    if len != expected || bytes.len() < HEADER_LEN + expected {
+    let expected = payload_len(hdr.op).ok_or(Status::NoSys)?;
+    if usize::try_from(hdr.len).ok() != Some(expected) {
         return Err(Status::Inval);
     }
-    let mut f = Fields {
-        buf: &bytes[HEADER_LEN..HEADER_LEN + expected],
-    };
-    Ok(match op {
+    let p = rest.get(..expected).ok_or(Status::Inval)?;
+    Ok(match hdr.op {
         OP_CREATE => {
-            let name = f.name()?;
-            let size = f.u64()?;
-            let key = f.key()?;
-            Request::Create { name, size, key }
+            let c: &CreateReq = payload(p)?;
+            let name = parse_name(&c.name)?;
+            let key = key(c.key_len, &c.key)?;
+            Request::Create {
+                name,
+                size: c.size,
+                key,
+            }
         }
         OP_DESTROY => {
-            let name = f.name()?;
-            let key = f.key()?;
+            let d: &DestroyReq = payload(p)?;
+            let name = parse_name(&d.name)?;
+            let key = key(d.key_len, &d.key)?;
             Request::Destroy { name, key }
         }
         OP_ATTACH => {
-            let name = f.name()?;
-            let perm = match f.u32()? {
+            let a: &AttachReq = payload(p)?;
+            let name = parse_name(&a.name)?;
+            let perm = match a.perm {
                 1 => Perm::Read,
                 2 => Perm::Write,
                 _ => return Err(Status::Inval),
             };
-            let key = f.key()?;
+            let key = key(a.key_len, &a.key)?;
             Request::Attach { name, perm, key }
         }
-        OP_DETACH => Request::Detach { handle: f.u64()? },
-        OP_PSYNC => Request::Psync { handle: f.u64()? },
-        OP_STAT => Request::Stat { handle: f.u64()? },
+        OP_DETACH => Request::Detach {
+            handle: payload::<HandleReq>(p)?.handle,
+        },
+        OP_PSYNC => Request::Psync {
+            handle: payload::<HandleReq>(p)?.handle,
+        },
+        OP_STAT => Request::Stat {
+            handle: payload::<HandleReq>(p)?.handle,
+        },
         OP_SET_DESIGN => {
-            let field = f.take(DESIGN_FIELD)?;
+            let field = &payload::<SetDesignReq>(p)?.name;
             let len = field.iter().position(|&b| b == 0).unwrap_or(field.len());
             let name = std::str::from_utf8(&field[..len]).map_err(|_| Status::Inval)?;
             Request::SetDesign {
                 design: name.parse().map_err(|_| Status::Inval)?,
             }
         }
-        OP_LIST => Request::List { index: f.u32()? },
+        OP_LIST => Request::List {
+            index: payload::<ListReq>(p)?.index,
+        },
         _ => return Err(Status::NoSys),
     })
 }
