@@ -4,7 +4,7 @@
 //! Public: [`config`] (one validated `VmConfig` from flags or a TOML file), [`machine`] (builds
 //! and runs the VM a config describes), [`exit`] (why it stopped), [`cli`] (the host tools
 //! `pmovmm store ...` and `pmovmm cxl create`), [`pci`] (the PCI root and the virtio-pci
-//! transport, public for its fuzz target). The machine's inside: `vm` (KVM VM, guest memory,
+//! transport, public for its fuzz target), [`sandbox`] (seccomp and Landlock for a run). The machine's inside: `vm` (KVM VM, guest memory,
 //! memslots), `cpu` (vCPU threads), `boot` (Linux 64-bit boot protocol), `layout` (the guest
 //! address map), `acpi`, `bus` (port and MMIO dispatch), `legacy` (serial, power, pvpanic,
 //! reset), `cxl` (CXL host bridges and the expander's PCI function).
@@ -21,4 +21,5 @@ mod layout;
 mod legacy;
 pub mod machine;
 pub mod pci;
+pub mod sandbox;
 mod vm;

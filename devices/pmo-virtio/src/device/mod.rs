@@ -285,7 +285,12 @@ impl VirtioDevice for PmoDevice {
             interrupt: ctx.interrupt,
             service: self.service.clone(),
         };
-        self.worker = Some(QueueWorker::spawn("virtio-pmo", notifies, handler)?);
+        self.worker = Some(QueueWorker::spawn(
+            threads::ThreadKind::PmoQueue,
+            "virtio-pmo",
+            notifies,
+            handler,
+        )?);
         Ok(())
     }
 
