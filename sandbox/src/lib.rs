@@ -31,7 +31,8 @@ pub use threads::ThreadKind;
 /// What the seccomp filters do with a call outside a thread's allowlist.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SeccompMode {
-    /// Kill the process (SIGSYS); the kernel's audit log names the thread and the call.
+    /// Kill the process by SIGSYS after one line on stderr naming the thread's kind and
+    /// the call (the call itself never runs).
     #[default]
     On,
     /// Let the call through and log it to the kernel's audit log (for finding what a new
@@ -112,6 +113,9 @@ pub enum SandboxError {
     /// `--landlock require` on a kernel without Landlock.
     #[error("landlock: this kernel does not support it (--landlock require)")]
     LandlockUnsupported,
+    /// The SIGSYS handler cannot be installed.
+    #[error("sandbox: SIGSYS handler: {0}")]
+    SigsysHandler(#[source] std::io::Error),
     /// The thread start hook cannot be set.
     #[error("sandbox: {0}")]
     Hook(#[from] threads::ThreadsError),
@@ -144,6 +148,9 @@ impl Sandbox {
             confine_thread(landlock, hook_filters.as_deref(), Target::Thread(kind))
                 .map_err(|e| Box::new(e) as threads::HookError)
         })?;
+        if policy.seccomp == SeccompMode::On {
+            seccomp::trap::install_handler().map_err(SandboxError::SigsysHandler)?;
+        }
         if policy.seccomp == SeccompMode::Log {
             log::warn!("sandbox: seccomp in log mode: forbidden calls are logged, not stopped");
         }

@@ -278,6 +278,11 @@ fn a_forbidden_call_kills_the_process_from_every_thread_kind_and_main() {
             c.text
         );
         assert!(!c.text.contains("after"), "{name}\n{}", c.text);
+        let why = format!(
+            "sandbox: a {name} thread made a forbidden system call {}",
+            libc::SYS_socket
+        );
+        assert!(c.text.contains(&why), "{name}: no message\n{}", c.text);
     }
 }
 

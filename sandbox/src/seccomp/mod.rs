@@ -3,12 +3,14 @@
 //!
 //! Every confined thread gets two filters: the errno filter, which makes `openat` fail with
 //! `EACCES` and `clone3` with `ENOSYS` (glibc then uses `clone`, whose flags a filter can
-//! read), and the kind's allowlist, whose default action is to kill the process (`on`) or to
-//! log the call and let it through (`log`). The kernel takes the strictest answer of all
+//! read), and the kind's allowlist, whose default action is to kill the process by SIGSYS
+//! after one line on stderr (`on`, see `trap.rs`) or to log the call to the kernel's audit
+//! log and let it through (`log`). The kernel takes the strictest answer of all
 //! filters, so the allowlists list those two calls to let the errno answer win.
 
 mod ioctls;
 pub mod rules;
+pub mod trap;
 
 #[cfg(test)]
 mod tests;
@@ -38,7 +40,7 @@ impl Filters {
     pub fn new(mode: SeccompMode) -> Result<Self, SandboxError> {
         let mismatch = match mode {
             SeccompMode::Log => SeccompAction::Log,
-            SeccompMode::On | SeccompMode::Off => SeccompAction::KillProcess,
+            SeccompMode::On | SeccompMode::Off => SeccompAction::Trap,
         };
         let pid = std::process::id();
         let mut allow = BTreeMap::new();
@@ -76,6 +78,7 @@ impl Filters {
             .allow
             .get(&target)
             .ok_or(SandboxError::NoFilter(target))?;
+        trap::set_thread_name(target.name());
         for prog in &self.errno {
             seccompiler::apply_filter(prog).map_err(SandboxError::Seccomp)?;
         }

@@ -26,12 +26,19 @@ pub enum Target {
     Main,
 }
 
+impl Target {
+    /// The target's name in messages and docs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Thread(k) => k.name(),
+            Target::Main => "main",
+        }
+    }
+}
+
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Target::Thread(k) => k.fmt(f),
-            Target::Main => f.write_str("main"),
-        }
+        f.write_str(self.name())
     }
 }
 

@@ -62,6 +62,7 @@ fn no_kind_may_execute_connect_trace_or_reach_other_processes() {
         libc::SYS_memfd_create,
         libc::SYS_userfaultfd,
         libc::SYS_bpf,
+        super::trap::DEATH_CALL,
     ];
     for t in targets() {
         let a = allowlist(t, 1).unwrap();
