@@ -194,7 +194,9 @@ impl Allow {
                     libc::SYS_restart_syscall,
                     libc::SYS_read,
                     libc::SYS_write,
+                    libc::SYS_writev,
                     libc::SYS_close,
+                    libc::SYS_getcpu,
                     libc::SYS_getrandom,
                     // Made to fail with EACCES by the errno filter (never reaches a file):
                     // glibc's malloc opens /sys/devices/system/cpu/online when a thread
