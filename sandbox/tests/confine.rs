@@ -2,6 +2,9 @@
 //! `SANDBOX_CASE` set), because filters and the start hook are for the life of a process and
 //! a kill must not take the test runner with it.
 
+// Helpers outside `#[test]` functions unwrap too: a failure here is a test failure.
+#![allow(clippy::unwrap_used)]
+
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;

@@ -137,9 +137,9 @@ impl Allow {
 
     /// Allows `call` when one of `rules` matches (added to rules already there).
     fn when(&mut self, call: c_long, rules: Vec<SeccompRule>) {
-        match self.calls.entry(call).or_insert_with(|| Some(Vec::new())) {
-            Some(v) => v.extend(rules),
-            None => {} // already allowed with any arguments
+        // `None`: already allowed with any arguments.
+        if let Some(v) = self.calls.entry(call).or_insert_with(|| Some(Vec::new())) {
+            v.extend(rules);
         }
     }
 
