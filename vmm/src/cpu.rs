@@ -1,7 +1,7 @@
 //! vCPUs: CPUID, MSRs, local APIC wiring, boot registers, and the run loop.
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
+use threads::{JoinHandle, ThreadKind};
 
 use kvm_bindings::{kvm_fpu, kvm_msr_entry, CpuId, Msrs, KVM_MAX_CPUID_ENTRIES};
 use kvm_ioctls::{Kvm, VcpuExit, VcpuFd, VmFd};
@@ -216,10 +216,10 @@ impl Vcpu {
         mmio: Arc<Bus>,
         exit: Arc<VmExit>,
     ) -> Result<JoinHandle<()>, CpuError> {
-        std::thread::Builder::new()
-            .name(format!("vcpu{}", self.id))
-            .spawn(move || self.run(&pio, &mmio, &exit))
-            .map_err(CpuError::Spawn)
+        threads::spawn(ThreadKind::Vcpu, format!("vcpu{}", self.id), move || {
+            self.run(&pio, &mmio, &exit)
+        })
+        .map_err(CpuError::Spawn)
     }
 
     fn run(&mut self, pio: &Bus, mmio: &Bus, exit: &VmExit) {

@@ -72,26 +72,24 @@ impl BusDevice for SerialConsole {
 
 /// Feeds the host's stdin to the guest console (for interactive use).
 pub fn spawn_stdin_reader(serial: Arc<Mutex<SerialConsole>>) {
-    let r = std::thread::Builder::new()
-        .name("console-in".into())
-        .spawn(move || {
-            let mut buf = [0u8; 64];
-            loop {
-                // SAFETY: reading into a stack buffer of the given length.
-                let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
-                if n <= 0 {
-                    return;
-                }
-                let mut pending = &buf[..n as usize];
-                while !pending.is_empty() {
-                    let taken = serial.locked().enqueue_input(pending);
-                    pending = &pending[taken..];
-                    if taken == 0 {
-                        std::thread::sleep(std::time::Duration::from_millis(5));
-                    }
+    let r = threads::spawn(threads::ThreadKind::ConsoleIn, "console-in", move || {
+        let mut buf = [0u8; 64];
+        loop {
+            // SAFETY: reading into a stack buffer of the given length.
+            let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                return;
+            }
+            let mut pending = &buf[..n as usize];
+            while !pending.is_empty() {
+                let taken = serial.locked().enqueue_input(pending);
+                pending = &pending[taken..];
+                if taken == 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
                 }
             }
-        });
+        }
+    });
     if let Err(e) = r {
         log::warn!("no console input: {e}");
     }

@@ -8,7 +8,7 @@
 //! guest address map), `acpi`, `bus` (port and MMIO dispatch), `pci_root` (the PCIe root
 //! complex: ECAM, 0xCF8, BARs on the MMIO bus; the functions and the virtio-pci transport are
 //! the `pci` crate's), `legacy` (serial, power, pvpanic, reset), `cxl` (CXL host bridges and
-//! the expander's PCI function).
+//! the expander's PCI function), `sandbox` (seccomp and Landlock for a run).
 
 mod acpi;
 mod boot;
@@ -22,4 +22,5 @@ mod layout;
 mod legacy;
 pub mod machine;
 mod pci_root;
+pub mod sandbox;
 mod vm;

@@ -25,6 +25,7 @@ use crate::exit::{ExitReason, VmExit};
 use crate::layout;
 use crate::legacy::{self, AcpiPower, I8042Reset, PvPanic, SerialConsole};
 use crate::pci_root::{Ecam, PciError, PciRoot, PioConfig, Window};
+use crate::sandbox::VmSandbox;
 use crate::vm::{MemSlot, Vm, VmError};
 
 /// The PMO window refuses pages that failed verification.
@@ -317,8 +318,13 @@ impl Machine {
     }
 
     /// Runs the guest until it powers off, resets, panics or fails, or the
-    /// VMM gets SIGTERM (see [`block_sigterm`]).
-    pub fn run(&mut self, interactive: bool) -> Result<ExitReason, MachineError> {
+    /// VMM gets SIGTERM (see [`block_sigterm`]). With a `sandbox`, the calling thread
+    /// confines itself once the vCPUs run; if it cannot, the VM stops (fail closed).
+    pub fn run(
+        &mut self,
+        interactive: bool,
+        sandbox: Option<&VmSandbox>,
+    ) -> Result<ExitReason, MachineError> {
         if interactive {
             legacy::spawn_stdin_reader(self.serial.clone());
         }
@@ -327,6 +333,13 @@ impl Machine {
             // vCPU threads are not joined: they may sit in KVM_RUN; the
             // process exit (or VM teardown) ends them.
             vcpu.start(self.pio.clone(), self.mmio.clone(), self.exit.clone())?;
+        }
+        // After the vCPUs start, so they do not inherit the main thread's filter; the
+        // main thread parses no guest input, and waits from here on.
+        if let Some(sb) = sandbox {
+            if let Err(e) = sb.confine_main() {
+                self.exit.set(ExitReason::Error(format!("sandbox: {e}")));
+            }
         }
         let reason = self.exit.wait();
         self.serial.locked().flush();
@@ -380,21 +393,19 @@ pub fn block_sigterm() -> std::io::Result<()> {
 
 /// Waits for SIGTERM (blocked by [`block_sigterm`]) and ends the run.
 fn spawn_sigterm_waiter(exit: Arc<VmExit>) {
-    let spawned = std::thread::Builder::new()
-        .name("sigterm".into())
-        .spawn(move || {
-            // SAFETY: sigwait on a local, initialised set; `sig` is written by it.
-            let (rc, sig) = unsafe {
-                let mut set: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut set);
-                libc::sigaddset(&mut set, libc::SIGTERM);
-                let mut sig = 0;
-                (libc::sigwait(&set, &mut sig), sig)
-            };
-            if rc == 0 && sig == libc::SIGTERM {
-                exit.set(ExitReason::Error("terminated by SIGTERM".into()));
-            }
-        });
+    let spawned = threads::spawn(threads::ThreadKind::Signals, "sigterm", move || {
+        // SAFETY: sigwait on a local, initialised set; `sig` is written by it.
+        let (rc, sig) = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            let mut sig = 0;
+            (libc::sigwait(&set, &mut sig), sig)
+        };
+        if rc == 0 && sig == libc::SIGTERM {
+            exit.set(ExitReason::Error("terminated by SIGTERM".into()));
+        }
+    });
     if let Err(e) = spawned {
         log::warn!("no SIGTERM handling: {e}");
     }

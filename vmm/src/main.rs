@@ -10,6 +10,7 @@ use pmovmm::cli::store::{self, StoreCommand};
 use pmovmm::config::{ConsoleOutput, RunArgs, VmConfig};
 use pmovmm::exit::ExitReason;
 use pmovmm::machine::Machine;
+use pmovmm::sandbox::VmSandbox;
 
 /// pmovmm: boots a Linux guest with encrypted persistent memory objects.
 #[derive(Parser)]
@@ -37,9 +38,13 @@ enum Command {
 fn run(args: &RunArgs) -> Result<std::convert::Infallible, String> {
     let cfg = VmConfig::from_args(args).map_err(|e| e.to_string())?;
     pmovmm::machine::block_sigterm().map_err(|e| format!("block SIGTERM: {e}"))?;
+    // Before the machine is built: every thread it starts confines itself.
+    let sandbox = VmSandbox::install(&cfg).map_err(|e| e.to_string())?;
     let interactive = cfg.console == ConsoleOutput::Stdout && std::io::stdin().is_terminal();
     let mut machine = Machine::new(&cfg).map_err(|e| e.to_string())?;
-    let reason = machine.run(interactive).map_err(|e| e.to_string())?;
+    let reason = machine
+        .run(interactive, Some(&sandbox))
+        .map_err(|e| e.to_string())?;
     match &reason {
         ExitReason::PowerOff => log::info!("guest powered off"),
         ExitReason::Reset => log::info!("guest requested a reset; stopping"),

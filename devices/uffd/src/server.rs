@@ -24,8 +24,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, Weak};
 
 use locked::Locked;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use threads::{JoinHandle, ThreadKind};
 
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
@@ -74,10 +74,11 @@ impl FaultServer {
         })
     }
 
-    /// Starts `threads` (at least one) threads named `{name}{i}` serving `uffd` for
+    /// Starts `threads` (at least one) threads of `kind` named `{name}{i}` serving `uffd` for
     /// `handler`. They hold the handler weakly, so dropping its last owner ends them.
     pub fn start<H: FaultHandler>(
         &self,
+        kind: ThreadKind,
         name: &str,
         uffd: &Arc<Uffd>,
         handler: Weak<H>,
@@ -88,9 +89,9 @@ impl FaultServer {
             let uffd = Arc::clone(uffd);
             let handler = handler.clone();
             let watcher = Arc::clone(&watcher);
-            let t = std::thread::Builder::new()
-                .name(format!("{name}{i}"))
-                .spawn(move || serve(&handler, &uffd, &watcher))?;
+            let t = threads::spawn(kind, format!("{name}{i}"), move || {
+                serve(&handler, &uffd, &watcher)
+            })?;
             self.threads.locked().push(t);
         }
         Ok(())
@@ -349,7 +350,13 @@ mod tests {
             server: FaultServer::new().unwrap(),
         });
         h.server
-            .start(name, &h.uffd, Arc::downgrade(&h), threads)
+            .start(
+                ThreadKind::PmoFault,
+                name,
+                &h.uffd,
+                Arc::downgrade(&h),
+                threads,
+            )
             .unwrap();
         h
     }

@@ -228,6 +228,7 @@ impl VirtioDevice for Pmem {
             file: self.file.clone(),
         };
         self.worker = Some(QueueWorker::spawn(
+            threads::ThreadKind::PmemQueue,
             "virtio-pmem",
             vec![(q.index, q.notify)],
             handler,

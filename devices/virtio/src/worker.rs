@@ -6,7 +6,7 @@
 
 use std::io;
 use std::os::fd::AsRawFd;
-use std::thread::JoinHandle;
+use threads::{JoinHandle, ThreadKind};
 
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
@@ -42,6 +42,7 @@ const KILL_TOKEN: u64 = u64::MAX;
 impl QueueWorker {
     /// Starts a thread that calls `handler.process_queue(i)` when `notifies[i].1` fires.
     pub fn spawn<H: QueueHandler>(
+        kind: ThreadKind,
         name: &str,
         notifies: Vec<(u16, EventFd)>,
         mut handler: H,
@@ -65,34 +66,32 @@ impl QueueWorker {
                 .map_err(WorkerError::Epoll)?;
         }
         let thread_kill = kill.try_clone().map_err(WorkerError::EventFd)?;
-        let thread = std::thread::Builder::new()
-            .name(name.to_string())
-            .spawn(move || {
-                let mut events = vec![EpollEvent::default(); notifies.len() + 1];
-                loop {
-                    let n = match epoll.wait(-1, &mut events) {
-                        Ok(n) => n,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Err(e) => {
-                            log::error!("queue worker epoll failed: {e}");
-                            return;
-                        }
-                    };
-                    for ev in &events[..n] {
-                        if ev.data() == KILL_TOKEN {
-                            let _ = thread_kill.read();
-                            return;
-                        }
-                        let index = ev.data() as u16;
-                        if let Some((_, fd)) = notifies.iter().find(|(i, _)| *i == index) {
-                            // Drain the counter; a failure only means nothing was pending.
-                            let _ = fd.read();
-                        }
-                        handler.process_queue(index);
+        let thread = threads::spawn(kind, name, move || {
+            let mut events = vec![EpollEvent::default(); notifies.len() + 1];
+            loop {
+                let n = match epoll.wait(-1, &mut events) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        log::error!("queue worker epoll failed: {e}");
+                        return;
                     }
+                };
+                for ev in &events[..n] {
+                    if ev.data() == KILL_TOKEN {
+                        let _ = thread_kill.read();
+                        return;
+                    }
+                    let index = ev.data() as u16;
+                    if let Some((_, fd)) = notifies.iter().find(|(i, _)| *i == index) {
+                        // Drain the counter; a failure only means nothing was pending.
+                        let _ = fd.read();
+                    }
+                    handler.process_queue(index);
                 }
-            })
-            .map_err(WorkerError::Spawn)?;
+            }
+        })
+        .map_err(WorkerError::Spawn)?;
         Ok(QueueWorker {
             kill,
             thread: Some(thread),
@@ -130,6 +129,7 @@ mod tests {
         let b = EventFd::new(EFD_NONBLOCK).unwrap();
         let (tx, rx) = mpsc::channel();
         let worker = QueueWorker::spawn(
+            ThreadKind::PmemQueue,
             "test",
             vec![(0, a.try_clone().unwrap()), (1, b.try_clone().unwrap())],
             Echo(tx),

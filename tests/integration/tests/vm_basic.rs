@@ -1,6 +1,6 @@
 //! The VMM boots the stock Debian guest: kernel version and CPU count (1 and 2 vCPUs), a
 //! pattern written to /dev/pmem0 reaches the host file and is read back by a second boot, and
-//! a guest poweroff ends the VMM with exit code 0.
+//! a guest poweroff ends the VMM with exit code 0; the VMM runs sandboxed.
 //!
 //! One run of three VMs serves all tests here (a nested test host boot costs ~15 s): VM "write"
 //! (1 vCPU) reports boot_info and writes the pattern; VM "read" (2 vCPUs) reports boot_info
@@ -119,4 +119,17 @@ fn guest_panic_ends_the_vmm_with_2() {
     let vm = &g.outcomes[2];
     vm.assert_ok("kernel_panic.trigger");
     vm.assert_exit(2);
+}
+
+/// The VMM runs sandboxed by default (no spec here turns it off): a kernel without Landlock
+/// would say so on the VMM's stderr (`--landlock on` warns and runs), and a forbidden system
+/// call would kill the VMM with a line naming it. Neither happens in the test host's kernel.
+#[test]
+fn the_vmm_runs_sandboxed_and_the_test_hosts_kernel_has_landlock() {
+    let g = group();
+    for vm in &g.outcomes {
+        if vm.vmm_stderr.contains("sandbox:") {
+            panic!("{}", vm.report("the VMM's sandbox complained"));
+        }
+    }
 }

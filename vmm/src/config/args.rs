@@ -90,6 +90,15 @@ pub struct RunArgs {
     /// hotness [default] or fifo.
     #[arg(long, value_name = "SIZE[,policy=hotness|fifo]")]
     pub pmo_dram: Option<String>,
+    /// The sandbox's seccomp filters, one per thread kind: on (a forbidden system call
+    /// kills the VMM with SIGSYS), log (it is logged to the kernel's audit log and allowed;
+    /// for debugging), off [default: on]. See docs/sandbox.md.
+    #[arg(long, value_name = "on|log|off")]
+    pub seccomp: Option<String>,
+    /// Landlock: once the machine is built the VMM may open only its configured device files;
+    /// require: refuse to run on a kernel without Landlock (on warns and runs) [default: on].
+    #[arg(long, value_name = "on|require|off")]
+    pub landlock: Option<String>,
     /// Test hook: the VMM kills itself at this persist point of a psync (crash tests).
     #[arg(long, value_name = "N", hide = true)]
     #[serde(skip)]

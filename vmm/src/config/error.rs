@@ -11,6 +11,12 @@ use crate::layout;
 /// Why a configuration was rejected; each message is one line that names the offending value.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// `--seccomp` is not on, log or off.
+    #[error("seccomp \"{0}\": expected on, log or off")]
+    InvalidSeccomp(String),
+    /// `--landlock` is not on, require or off.
+    #[error("landlock \"{0}\": expected on, require or off")]
+    InvalidLandlock(String),
     /// Neither `--kernel` nor `kernel` in the file.
     #[error("no kernel given: use --kernel FILE or `kernel` in the config file")]
     MissingKernel,

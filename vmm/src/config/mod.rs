@@ -17,6 +17,8 @@
 //! console = "stdout"                 # or a file
 //! pmo_store = "store.img,1G"
 //! pmo_predictor = "adaptive"
+//! seccomp = "on"                     # or "log", "off" (docs/sandbox.md)
+//! landlock = "on"                    # or "require", "off"
 //! ```
 //!
 //! Sizes are written in the workspace's one grammar (`sizes`: bytes, or K, M, G, T).
@@ -32,6 +34,7 @@ mod options;
 
 use pmo_pager::{DramBudget, PmoConfig};
 use pmo_policies::{PlacementPolicy, PredictorSpec};
+use pmo_sandbox::{LandlockMode, Policy, SeccompMode};
 use pmo_store::crypto::{KdfParams, RangeCipher};
 use pmo_store::Design;
 use pmo_store::StoreOptions;
@@ -108,6 +111,8 @@ pub struct VmConfig {
     pub cxl_t3: Vec<CxlT3Config>,
     /// The PMO store lives on an expander's media rather than in `pmo.store`'s file.
     pub pmo_on_cxl: Option<PmoOnCxl>,
+    /// The sandbox: seccomp filters per thread kind and Landlock (`crate::sandbox`).
+    pub sandbox: Policy,
 }
 
 /// A PMO store on the media of a `guest=off` expander (`--pmo-store cxl=NAME`).
@@ -213,6 +218,7 @@ impl VmConfig {
         }
 
         let (pmo, pmo_on_cxl) = pmo_config(&src, &cxl_t3)?;
+        let sandbox = sandbox_policy(&src)?;
         if let Some(d) = cxl_t3
             .iter()
             .enumerate()
@@ -234,8 +240,24 @@ impl VmConfig {
             pmo,
             cxl_t3,
             pmo_on_cxl,
+            sandbox,
         })
     }
+}
+
+/// `--seccomp` and `--landlock`: both on unless the flags or the file say otherwise.
+fn sandbox_policy(src: &Sources<'_>) -> Result<Policy, ConfigError> {
+    let seccomp = match src.pick(|a| a.seccomp.as_deref()) {
+        Some((text, _)) => SeccompMode::from_name(text)
+            .ok_or_else(|| ConfigError::InvalidSeccomp(text.to_string()))?,
+        None => SeccompMode::default(),
+    };
+    let landlock = match src.pick(|a| a.landlock.as_deref()) {
+        Some((text, _)) => LandlockMode::from_name(text)
+            .ok_or_else(|| ConfigError::InvalidLandlock(text.to_string()))?,
+        None => LandlockMode::default(),
+    };
+    Ok(Policy { seccomp, landlock })
 }
 
 /// The PMO device: `--pmo-store FILE[,SIZE]|cxl=NAME[,cipher=C][,direct=SIZE]` and the `--pmo-*` settings that need

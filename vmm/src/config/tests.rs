@@ -164,6 +164,10 @@ fn full_command_line() {
             pmo: None,
             cxl_t3: vec![],
             pmo_on_cxl: None,
+            sandbox: Policy {
+                seccomp: SeccompMode::On,
+                landlock: LandlockMode::On,
+            },
         }
     );
     // Validation created nothing.
@@ -189,6 +193,63 @@ fn defaults() {
     ]))
     .unwrap();
     assert_eq!(cfg.console, ConsoleOutput::Stdout);
+}
+
+#[test]
+fn the_sandbox_is_on_unless_turned_off() {
+    let s = Scratch::new("sandbox");
+    let k = s.arg("bzImage");
+    let policy = |extra: &[&str]| {
+        let mut argv = vec!["--kernel", k.as_str()];
+        argv.extend_from_slice(extra);
+        VmConfig::from_args(&args(&argv)).map(|c| c.sandbox)
+    };
+    assert_eq!(
+        policy(&[]).unwrap(),
+        Policy {
+            seccomp: SeccompMode::On,
+            landlock: LandlockMode::On
+        }
+    );
+    assert_eq!(
+        policy(&["--seccomp", "log", "--landlock", "require"]).unwrap(),
+        Policy {
+            seccomp: SeccompMode::Log,
+            landlock: LandlockMode::Require
+        }
+    );
+    assert_eq!(
+        policy(&["--seccomp", "off", "--landlock", "off"]).unwrap(),
+        Policy {
+            seccomp: SeccompMode::Off,
+            landlock: LandlockMode::Off
+        }
+    );
+    assert_eq!(
+        policy(&["--seccomp", "kill"]).unwrap_err().to_string(),
+        "seccomp \"kill\": expected on, log or off"
+    );
+    assert_eq!(
+        policy(&["--landlock", "yes"]).unwrap_err().to_string(),
+        "landlock \"yes\": expected on, require or off"
+    );
+    // The file has the same fields; a flag wins over it.
+    std::fs::write(
+        s.path("vm.toml"),
+        "kernel = \"bzImage\"\nseccomp = \"log\"\nlandlock = \"off\"\n",
+    )
+    .unwrap();
+    let from_file = VmConfig::from_args(&args(&["--config", &s.arg("vm.toml")])).unwrap();
+    assert_eq!(from_file.sandbox.seccomp, SeccompMode::Log);
+    assert_eq!(from_file.sandbox.landlock, LandlockMode::Off);
+    let cfg =
+        VmConfig::from_args(&args(&["--config", &s.arg("vm.toml"), "--seccomp", "on"])).unwrap();
+    assert_eq!(cfg.sandbox.seccomp, SeccompMode::On);
+    assert_eq!(
+        cfg.sandbox.landlock,
+        LandlockMode::Off,
+        "kept from the file"
+    );
 }
 
 #[test]

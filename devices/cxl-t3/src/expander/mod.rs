@@ -297,6 +297,7 @@ impl Expander {
         let faults = FaultServer::new().map_err(os("eventfd"))?;
         faults
             .start(
+                threads::ThreadKind::CxlFault,
                 "cxl-fault",
                 &memory.uffd,
                 Arc::downgrade(&memory),

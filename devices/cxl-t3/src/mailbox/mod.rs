@@ -20,7 +20,7 @@ use core::mem::offset_of;
 use locked::Locked;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use threads::{JoinHandle, ThreadKind};
 
 use zerocopy::{Immutable, IntoBytes};
 
@@ -169,15 +169,13 @@ impl Mailbox {
         }));
         let (tx, rx): (Sender<Job>, Receiver<Job>) = mpsc::channel();
         let shared = regs.clone();
-        let thread = std::thread::Builder::new()
-            .name("cxl-mailbox".into())
-            .spawn(move || {
-                let mut out = Vec::with_capacity(PAYLOAD_SIZE);
-                // Ends when the mailbox drops its sender.
-                for job in rx {
-                    run(&mut commands, &shared, job, &mut out);
-                }
-            })?;
+        let thread = threads::spawn(ThreadKind::CxlMailbox, "cxl-mailbox", move || {
+            let mut out = Vec::with_capacity(PAYLOAD_SIZE);
+            // Ends when the mailbox drops its sender.
+            for job in rx {
+                run(&mut commands, &shared, job, &mut out);
+            }
+        })?;
         Ok(Mailbox {
             regs,
             exec: Exec::Worker {

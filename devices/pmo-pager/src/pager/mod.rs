@@ -29,8 +29,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::thread::JoinHandle;
 use std::time::Instant;
+use threads::{JoinHandle, ThreadKind};
 
 use pmo_policies::{FaultEvent, Predictor};
 use pmo_store::crypto::PAGE;
@@ -421,14 +421,20 @@ impl Pager {
         });
         let weak = Arc::downgrade(&pager);
         let queue = Arc::clone(&pager.prefetch);
-        let worker = std::thread::Builder::new()
-            .name("pmo-prefetch".into())
-            .spawn(move || prefetch_worker(weak, &queue))
-            .map_err(PagerError::Spawn)?;
+        let worker = threads::spawn(ThreadKind::PmoPrefetch, "pmo-prefetch", move || {
+            prefetch_worker(weak, &queue)
+        })
+        .map_err(PagerError::Spawn)?;
         *pager.prefetch_worker.locked() = Some(worker);
         pager
             .faults
-            .start("pmo-fault", &pager.uffd, Arc::downgrade(&pager), threads)
+            .start(
+                ThreadKind::PmoFault,
+                "pmo-fault",
+                &pager.uffd,
+                Arc::downgrade(&pager),
+                threads,
+            )
             .map_err(PagerError::Spawn)?;
         Ok(pager)
     }

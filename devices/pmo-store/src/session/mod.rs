@@ -65,7 +65,7 @@ pub struct Session {
 
 /// Completion of a nonblocking detach.
 pub struct DetachHandle {
-    thread: Option<std::thread::JoinHandle<Result<(), StoreError>>>,
+    thread: Option<threads::JoinHandle<Result<(), StoreError>>>,
     inline: Option<Result<(), StoreError>>,
 }
 
@@ -344,16 +344,15 @@ impl Session {
         let attachment = self.attachment.clone();
         attachment.pmo.lock_holders().busy += 1;
         let worker = attachment.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("pmo-detach-{}", attachment.pmo.slot))
-            .spawn(move || {
-                let r = worker.detach_work();
-                worker.finish_detach();
-                if let Err(e) = &r {
-                    log::warn!("background detach of {:?} failed: {e}", worker.pmo.name);
-                }
-                r
-            });
+        let name = format!("pmo-detach-{}", attachment.pmo.slot);
+        let spawned = threads::spawn(threads::ThreadKind::PmoDetach, name, move || {
+            let r = worker.detach_work();
+            worker.finish_detach();
+            if let Err(e) = &r {
+                log::warn!("background detach of {:?} failed: {e}", worker.pmo.name);
+            }
+            r
+        });
         match spawned {
             Ok(t) => DetachHandle {
                 thread: Some(t),

@@ -161,7 +161,12 @@ impl VirtioDevice for PmoDevice {
             service: self.service.clone(),
             events: self.events.clone(),
         };
-        self.worker = Some(QueueWorker::spawn("virtio-pmo", notifies, handler)?);
+        self.worker = Some(QueueWorker::spawn(
+            threads::ThreadKind::PmoQueue,
+            "virtio-pmo",
+            notifies,
+            handler,
+        )?);
         Ok(())
     }
 

@@ -169,6 +169,7 @@ fn run() -> Result<ExitCode> {
         server: FaultServer::new()?,
     });
     probe.server.start(
+        threads::ThreadKind::PmoFault,
         "probe-uffd",
         &uffd,
         Arc::downgrade(&probe),
