@@ -40,108 +40,6 @@ use zeroize::Zeroize;
 
 const PAGE_U64: u64 = PAGE as u64;
 
-/// Errors of the pager.
-#[derive(Debug, thiserror::Error)]
-pub enum PagerError {
-    /// A window size of no pages or part of a page.
-    #[error("window of {0} bytes is not a non-zero multiple of the page size")]
-    BadWindowSize(u64),
-    /// The window cannot be mapped.
-    #[error("mmap window: {0}")]
-    Mmap(io::Error),
-    /// The userfaultfd cannot be made or registered.
-    #[error("userfaultfd: {0}")]
-    Uffd(io::Error),
-    /// No free run of the window is that many pages long.
-    #[error("the window has no room for {0} more pages")]
-    WindowFull(u64),
-    /// No attachment starts at that offset.
-    #[error("no attachment at window offset {0:#x}")]
-    NoSlice(u64),
-    /// A fault or prefetch thread cannot be started.
-    #[error("spawn fault thread: {0}")]
-    Spawn(io::Error),
-    /// The fault server's stop notifier cannot be made.
-    #[error("eventfd: {0}")]
-    EventFd(io::Error),
-    /// Dropping a slice's pages failed: the range is not reused (it may hold plaintext).
-    #[error("clear window range at {offset:#x}: {source}")]
-    Zap {
-        /// The slice's window offset.
-        offset: u64,
-        /// Why.
-        source: io::Error,
-    },
-    /// The attachment's detach began: no more psyncs.
-    #[error("attachment at window offset {0:#x} is being detached")]
-    Detaching(u64),
-    /// A DRAM budget that cannot be set.
-    #[error("DRAM budget: {0}")]
-    Budget(String),
-    /// No key for the slice's page fingerprints could be drawn.
-    #[error("page fingerprint key: {0}")]
-    Key(pmo_store::crypto::CryptoError),
-}
-
-/// Why a page could not be filled.
-#[derive(Debug, thiserror::Error)]
-pub enum FillError {
-    /// Verification failed: the page must never reach the guest.
-    #[error("page {0} failed integrity verification")]
-    Integrity(u64),
-    /// Anything else (medium error, ...): also not installed.
-    #[error("page {page}: {why}")]
-    Other {
-        /// The page, from the attachment's start.
-        page: u64,
-        /// What failed, for the log.
-        why: String,
-    },
-}
-
-/// How the pager learnt that a page cannot be served.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Detected {
-    /// An access to the page was refused: whoever touched it is kept out.
-    OnAccess,
-    /// A prefetch found the page bad before anything touched it.
-    Ahead,
-}
-
-/// Where an attachment's verified plaintext comes from (a store session).
-pub trait PageSource: Send + Sync {
-    /// Writes the verified plaintext of `page` into `out`; on error `out` holds no plaintext.
-    fn fill(&self, page: u64, out: &mut [u8; PAGE]) -> Result<(), FillError>;
-    /// Fills the consecutive pages `first ..`, one per buffer of `out`, in order (a prefetch
-    /// run). On a failure at `first + i` returns `i` with the error: `out[i]` holds no
-    /// plaintext, `out[..i]` is filled, nothing after `i` was read. A source that can share
-    /// work across a run (a store session: one lock, one cipher lookup) overrides this.
-    fn fill_run(&self, first: u64, out: &mut [[u8; PAGE]]) -> Result<(), (usize, FillError)> {
-        for (i, o) in out.iter_mut().enumerate() {
-            self.fill(first + i as u64, o).map_err(|e| (i, e))?;
-        }
-        Ok(())
-    }
-    /// Writable attachments track dirty pages.
-    fn writable(&self) -> bool;
-    /// The attachment's working copy stands for the CXL expander's device memory (LPMO CF)
-    /// rather than local DRAM: every page moved into or out of it is charged the device
-    /// memory latency ([`Pager::set_device_memory_latency`]) and the DRAM budget does not
-    /// count it.
-    fn working_copy_on_device(&self) -> bool {
-        false
-    }
-    /// A fill may wait for modelled media time (a store on the expander): the fault thread
-    /// hands its watch over first, so other vCPUs' faults are served meanwhile.
-    fn fill_waits(&self) -> bool {
-        false
-    }
-    /// Told once per refusal of `page` (`OnAccess`, any error) and per page a
-    /// prefetch found failing verification (`Ahead`), so the owner can fail
-    /// the attachment and tell the guest. Called while the slice is live.
-    fn page_failed(&self, _page: u64, _error: &FillError, _how: Detected) {}
-}
-
 /// Prefetch jobs waiting for the prefetch worker; beyond this they are dropped.
 const PREFETCH_BACKLOG: usize = 4096;
 /// Most pages of one prefetch job: consecutive predicted pages are filled as a run (one
@@ -501,13 +399,17 @@ impl Drop for Pager {
 
 mod budget;
 mod digests;
+mod error;
 mod fault;
+mod page_source;
 mod prefetch;
 mod stats;
 mod tier;
 mod window;
 
 pub use budget::TierStats;
+pub use error::{FillError, PagerError};
+pub use page_source::{Detected, PageSource};
 pub use prefetch::RunBufs;
 pub use tier::TierError;
 
