@@ -27,12 +27,11 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use pmo_policies::{PageRef, Placement, Tier};
-use pmo_store::crypto::PAGE;
 
 use super::slice::Slice;
 use super::tier::{DeviceTier, Spilled};
 use super::window::Window;
-use super::{PagerError, PAGE_U64};
+use super::{PagerError, PAGE, PAGE_U64};
 
 /// The DRAM budget of a pager and what enforcing it did.
 pub(super) struct DramBudget {

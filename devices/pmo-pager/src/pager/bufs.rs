@@ -1,8 +1,7 @@
 //! A fault thread's (or the prefetch worker's) page buffers.
 
-use pmo_store::crypto::PAGE;
-
 use super::prefetch::RUN_PAGES;
+use super::PAGE;
 
 /// A thread's page buffers: one for a fault, up to `RUN_PAGES` (64) for a prefetch run (made
 /// on the first run, so a fault thread that never prefetches keeps one page). Wiped after

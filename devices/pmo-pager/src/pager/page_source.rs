@@ -1,9 +1,7 @@
 //! The pager's side of a page source: where an attachment's verified plaintext comes from
 //! (the crate's `source.rs` is the store session that implements it).
 
-use pmo_store::crypto::PAGE;
-
-use super::FillError;
+use super::{FillError, PAGE};
 
 /// How the pager learnt that a page cannot be served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,12 +5,10 @@ use locked::Locked;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use pmo_store::crypto::PAGE;
-
 use super::budget::DramBudget;
 use super::slice::Slice;
 use super::window::Window;
-use super::{PagerError, PAGE_U64};
+use super::{PagerError, PAGE, PAGE_U64};
 
 /// A psync taking a slice's pages: demotion of them waits until it is dropped.
 struct Collecting<'a>(&'a Slice);

@@ -4,13 +4,12 @@
 use locked::Locked;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use pmo_store::crypto::PAGE;
 use uffd::Access;
 
 use super::page_source::Detected;
 use super::slice::Slice;
 use super::window::Window;
-use super::{FillError, PAGE_U64};
+use super::{FillError, PAGE, PAGE_U64};
 
 /// Pages refused (failed verification) in live attachments; each slice lists its own
 /// (`Slice::poisoned`, and of those `Slice::zeroed`).

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use pmo_policies::Predictor;
-use pmo_store::crypto::PAGE;
 
 use super::bits::PageBits;
 use super::budget::DramBudget;
@@ -18,7 +17,7 @@ use super::page_source::PageSource;
 use super::staging::Triggers;
 use super::tier::Spilled;
 use super::window::Window;
-use super::SliceStats;
+use super::{SliceStats, PAGE};
 
 /// The pages of one attachment, per how they arrived: what a harness needs
 /// to compute exact prediction metrics against a reference run.

@@ -5,8 +5,9 @@ use locked::Locked;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-use pmo_store::crypto::PAGE;
 use zeroize::Zeroize;
+
+use super::PAGE;
 
 /// A staged trigger page waits this many later faults of its attachment for
 /// its first access; then it counts as a wasted prediction.

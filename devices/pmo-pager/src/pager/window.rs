@@ -8,12 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use pmo_store::crypto::PAGE;
 use uffd::{Access, AnonMap, Install, Uffd};
 
 use super::slice::Slice;
 use super::space::FreeSpace;
-use super::{PagerError, PAGE_U64};
+use super::{PagerError, PAGE, PAGE_U64};
 
 /// The window's memory, its userfaultfd, and which slice owns which of its pages.
 pub(super) struct Window {

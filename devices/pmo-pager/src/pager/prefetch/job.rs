@@ -5,7 +5,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use pmo_policies::Tier;
-use pmo_store::crypto::PAGE;
 
 use crate::pager::budget::DramBudget;
 use crate::pager::bufs::RunBufs;
@@ -13,7 +12,7 @@ use crate::pager::page_source::Detected;
 use crate::pager::slice::Slice;
 use crate::pager::staging::Staged;
 use crate::pager::window::Window;
-use crate::pager::FillError;
+use crate::pager::{FillError, PAGE};
 
 /// Most pages of one prefetch job: consecutive predicted pages are filled as a run (one
 /// lock and cipher lookup of the store session) and installed with one `UFFDIO_COPY`
