@@ -20,26 +20,35 @@
 //! that fault threads install between two enforcements (one each), and by trigger pages a
 //! predictor holds back (at most 64 per attachment, outside the window).
 
-use super::*;
-use pmo_policies::{PageRef, Placement};
-use tier::{DeviceTier, Spilled};
+use locked::Locked;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use pmo_policies::{PageRef, Placement, Tier};
+
+use super::slice::Slice;
+use super::tier::{DeviceTier, Spilled};
+use super::window::Window;
+use super::{PagerError, PAGE, PAGE_U64};
 
 /// The DRAM budget of a pager and what enforcing it did.
 pub(super) struct DramBudget {
     /// Most pages resident in the window.
-    pub(super) pages: u64,
-    pub(super) policy: Mutex<Box<dyn Placement>>,
-    pub(super) tier: DeviceTier,
+    pages: u64,
+    policy: Mutex<Box<dyn Placement>>,
+    tier: DeviceTier,
     /// Pages resident in the window (installed and not demoted) across live slices.
-    pub(super) resident: AtomicU64,
+    resident: AtomicU64,
     /// Held while demoting, so two fault threads do not demote for the same excess.
-    pub(super) enforcing: Mutex<()>,
-    pub(super) counters: TierCounters,
+    enforcing: Mutex<()>,
+    counters: TierCounters,
 }
 
-/// What tiering did, across attachments (see [`Pager::tier_stats`]).
+/// What tiering did, across attachments (see [`Pager::tier_stats`](super::Pager::tier_stats)).
 #[derive(Default)]
-pub(super) struct TierCounters {
+struct TierCounters {
     promotions_clean: AtomicU64,
     promotions_dirty: AtomicU64,
     demotions_clean: AtomicU64,
@@ -77,165 +86,74 @@ impl TierStats {
     }
 }
 
-/// How an install into a slice went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Installed {
-    /// We put the page there.
-    Done,
-    /// It was there already, the slice is closing, the install failed, or the page is spilled:
-    /// the access retries and is served by whoever owns the page then.
-    Not,
-}
-
-impl Pager {
-    /// Keeps the plaintext in the window within `pages` pages from now on, demoting by
-    /// `policy`, dirty pages into a device memory of `spill_pages` pages. Only before the
-    /// first attach, and once.
-    pub fn set_dram_budget(
-        &self,
+impl DramBudget {
+    /// Keeps the plaintext in the window within `pages` pages (more than 0), demoting by
+    /// `policy`, dirty pages into a device memory of `spill_pages` pages.
+    pub(super) fn new(
         pages: u64,
         policy: Box<dyn Placement>,
         spill_pages: u64,
-    ) -> Result<(), PagerError> {
-        if pages == 0 {
-            return Err(PagerError::Budget("a budget of 0 pages".into()));
-        }
-        if !self.slices.read_locked().is_empty() {
-            return Err(PagerError::Budget("attachments exist already".into()));
-        }
+    ) -> Result<Self, PagerError> {
         let tier = DeviceTier::new(spill_pages).map_err(|e| PagerError::Budget(e.to_string()))?;
-        self.budget
-            .set(DramBudget {
-                pages,
-                policy: Mutex::new(policy),
-                tier,
-                resident: AtomicU64::new(0),
-                enforcing: Mutex::new(()),
-                counters: TierCounters::default(),
-            })
-            .map_err(|_| PagerError::Budget("the budget is set already".into()))
+        Ok(DramBudget {
+            pages,
+            policy: Mutex::new(policy),
+            tier,
+            resident: AtomicU64::new(0),
+            enforcing: Mutex::new(()),
+            counters: TierCounters::default(),
+        })
     }
 
-    /// Tiering across all attachments, if a budget is set.
-    pub fn tier_stats(&self) -> Option<TierStats> {
-        let b = self.budget.get()?;
-        let c = &b.counters;
+    /// Tiering across all attachments.
+    pub(super) fn stats(&self) -> TierStats {
+        let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        Some(TierStats {
-            budget_pages: b.pages,
-            resident_pages: get(&b.resident),
-            spilled_pages: b.tier.used(),
+        TierStats {
+            budget_pages: self.pages,
+            resident_pages: get(&self.resident),
+            spilled_pages: self.tier.used(),
             promotions_clean: get(&c.promotions_clean),
             promotions_dirty: get(&c.promotions_dirty),
             demotions_clean: get(&c.demotions_clean),
             demotions_dirty: get(&c.demotions_dirty),
             over_budget: get(&c.over_budget),
-        })
-    }
-
-    /// Installs `data` as `page` of `slice` unless the page is spilled (its data is in device
-    /// memory, newer than anything a fill read) or the slice is closing. `dirty` marks it
-    /// dirty first (a psync racing the install must see it), `wp` write-protects it.
-    pub(super) fn install_in(
-        &self,
-        slice: &Slice,
-        page: u64,
-        data: &[u8; PAGE],
-        dirty: bool,
-        wp: bool,
-    ) -> Installed {
-        if self.install_run_in(slice, page, data, dirty, wp) == 0 {
-            Installed::Not
-        } else {
-            Installed::Done
         }
     }
 
-    /// [`Pager::install_in`] for a run of consecutive pages from `first` (`data` holds whole
-    /// pages, at most 64): spilled pages are left out, and each stretch between them goes in
-    /// with one copy. Returns which pages went in (bit i for page `first + i`).
-    pub(super) fn install_run_in(
-        &self,
-        slice: &Slice,
-        first: u64,
-        data: &[u8],
-        dirty: bool,
-        wp: bool,
-    ) -> u64 {
-        let n = data.len() / PAGE;
-        let Some(_gate) = slice.enter() else {
-            return 0;
-        };
-        let spilled = slice.spilled.locked();
-        let mut placed = 0u64;
-        let mut i = 0;
-        while i < n {
-            if spilled.contains_key(&(first + i as u64)) {
-                i += 1;
-                continue;
-            }
-            let mut len = 1;
-            while i + len < n && !spilled.contains_key(&(first + (i + len) as u64)) {
-                len += 1;
-            }
-            for k in i..i + len {
-                if dirty {
-                    slice.mark_dirty(first + k as u64);
-                }
-                if slice.on_device {
-                    // The page is written into the expander's device memory (LPMO CF).
-                    self.charge_device(Instant::now());
-                }
-            }
-            let addr = self.page_addr(slice, first + i as u64);
-            match self
-                .uffd
-                .install_pages(addr, &data[i * PAGE..(i + len) * PAGE], wp)
-            {
-                Ok(mask) => placed |= mask << i,
-                Err(e) => log::error!("pmo: install pages at {addr:#x}: {e}"),
-            }
-            i += len;
-        }
-        for k in (0..n).filter(|k| placed & (1 << k) != 0) {
-            let page = first + k as u64;
-            // `data` came from the store: remember what it holds. Only when installed (a fill
-            // that lost a race may be older than a psync), and under the tier lock, which a
-            // psync holds to record what it wrote, so the two cannot land out of order.
-            if let Some(d) = &slice.digests {
-                d.record(page, &data[k * PAGE..(k + 1) * PAGE]);
-            }
-            set_bit(&slice.installed, page);
-            self.admitted(slice, page, dirty);
-        }
-        drop(spilled);
-        placed
+    /// Where the placement policy puts predicted pages now: under the budget it may keep
+    /// them in the CXL tier (the store) until they are touched, rather than push out pages
+    /// it rates hotter.
+    pub(super) fn prefetch_tier(&self) -> Tier {
+        let resident = self.resident.load(Ordering::Acquire) as usize;
+        self.policy
+            .locked()
+            .prefetch_tier(resident, self.pages as usize)
     }
 
-    /// Counts a page that just became resident (under the slice's tier lock).
-    fn admitted(&self, slice: &Slice, page: u64, dirty: bool) {
-        if slice.on_device {
-            // Not local DRAM: outside the budget and its policy.
-            slice.stats.device_pages.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        slice.stats.dram_pages.fetch_add(1, Ordering::Relaxed);
-        let Some(b) = self.budget.get() else { return };
-        if clear_bit_was_set(&slice.demoted, page) {
-            b.counters.promotions_clean.fetch_add(1, Ordering::Relaxed);
+    /// Counts `page` of `slice` (in local DRAM), which just became resident (under the
+    /// slice's tier lock).
+    pub(super) fn admitted(&self, slice: &Slice, page: u64, dirty: bool) {
+        if slice.demoted.clear_was_set(page) {
+            self.counters
+                .promotions_clean
+                .fetch_add(1, Ordering::Relaxed);
             slice.stats.promotions.fetch_add(1, Ordering::Relaxed);
         }
-        b.resident.fetch_add(1, Ordering::AcqRel);
-        b.policy.locked().admit(slice.page_ref(page), dirty);
+        self.resident.fetch_add(1, Ordering::AcqRel);
+        self.policy.locked().admit(slice.page_ref(page), dirty);
     }
 
     /// Serves a missing-page fault on a page whose only copy is in device memory: it comes
     /// back into the window, dirty. False if the page is not spilled.
-    pub(super) fn promote_spilled(&self, slice: &Slice, page: u64, buf: &mut [u8; PAGE]) -> bool {
-        let Some(b) = self.budget.get() else {
-            return false;
-        };
-        let Some(_gate) = slice.enter() else {
+    pub(super) fn promote_spilled(
+        &self,
+        window: &Window,
+        slice: &Slice,
+        page: u64,
+        buf: &mut [u8; PAGE],
+    ) -> bool {
+        let Some(_gate) = slice.gate.enter() else {
             return false;
         };
         let mut spilled = slice.spilled.locked();
@@ -244,24 +162,26 @@ impl Pager {
         };
         slice.stats.cxl_dirty_pages.fetch_sub(1, Ordering::Relaxed);
         let moved = Instant::now();
-        let taken = b.tier.take(slot, buf);
-        self.charge_device(moved);
+        let taken = self.tier.take(slot, buf);
+        window.charge_device(moved);
         if let Err(e) = taken {
             // Cannot happen for whole pages; the page's unsynced data is lost, say so.
             log::error!("pmo: promote page {page} from device memory: {e}");
             buf.fill(0);
         }
         slice.mark_dirty(page);
-        let addr = self.page_addr(slice, page);
-        if self.install(addr, buf, false) {
+        let addr = window.page_addr(slice, page);
+        if window.install(addr, buf, false) {
             slice.stats.dram_pages.fetch_add(1, Ordering::Relaxed);
-            clear_bit(&slice.demoted, page);
-            b.resident.fetch_add(1, Ordering::AcqRel);
-            b.policy.locked().admit(slice.page_ref(page), true);
+            slice.demoted.clear(page);
+            self.resident.fetch_add(1, Ordering::AcqRel);
+            self.policy.locked().admit(slice.page_ref(page), true);
         }
-        set_bit(&slice.installed, page);
+        slice.installed.set(page);
         buf.fill(0);
-        b.counters.promotions_dirty.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .promotions_dirty
+            .fetch_add(1, Ordering::Relaxed);
         slice.stats.promotions.fetch_add(1, Ordering::Relaxed);
         drop(spilled);
         true
@@ -272,39 +192,36 @@ impl Pager {
         if slice.on_device {
             return;
         }
-        if let Some(b) = self.budget.get() {
-            let mut p = b.policy.locked();
-            p.touched(slice.page_ref(page));
-            if dirtied {
-                p.dirtied(slice.page_ref(page));
-            }
+        let mut p = self.policy.locked();
+        p.touched(slice.page_ref(page));
+        if dirtied {
+            p.dirtied(slice.page_ref(page));
         }
     }
 
     /// Demotes pages until the window is within the budget (or nothing more can go).
-    pub(super) fn enforce_budget(&self) {
-        let Some(b) = self.budget.get() else { return };
-        if b.resident.load(Ordering::Acquire) <= b.pages {
+    pub(super) fn enforce(&self, window: &Window) {
+        if self.resident.load(Ordering::Acquire) <= self.pages {
             return;
         }
-        let _one = b.enforcing.locked();
+        let _one = self.enforcing.locked();
         let mut victims = Vec::new();
         loop {
-            let resident = b.resident.load(Ordering::Acquire);
-            if resident <= b.pages {
+            let resident = self.resident.load(Ordering::Acquire);
+            if resident <= self.pages {
                 return;
             }
             victims.clear();
-            b.policy
+            self.policy
                 .locked()
-                .victims((resident - b.pages) as usize, &mut victims);
+                .victims((resident - self.pages) as usize, &mut victims);
             if victims.is_empty() {
-                b.counters.over_budget.fetch_add(1, Ordering::Relaxed);
+                self.counters.over_budget.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            let demoted = victims.iter().filter(|&&v| self.demote(b, v)).count();
+            let demoted = victims.iter().filter(|&&v| self.demote(window, v)).count();
             if demoted == 0 {
-                b.counters.over_budget.fetch_add(1, Ordering::Relaxed);
+                self.counters.over_budget.fetch_add(1, Ordering::Relaxed);
                 return;
             }
         }
@@ -312,36 +229,36 @@ impl Pager {
 
     /// Moves one resident page out of local DRAM; false if it could not (the policy is told
     /// again about a page that stays resident).
-    fn demote(&self, b: &DramBudget, v: PageRef) -> bool {
-        let Some(slice) = self.slices.read_locked().get(&v.pmo).cloned() else {
+    fn demote(&self, window: &Window, v: PageRef) -> bool {
+        let Some(slice) = window.slice_from(v.pmo) else {
             return false;
         };
         let page = v.page;
-        let Some(_gate) = slice.enter() else {
+        let Some(_gate) = slice.gate.enter() else {
             return false;
         };
         let mut spilled = slice.spilled.locked();
         if page >= slice.npages
-            || !test_bit(&slice.installed, page)
+            || !slice.installed.test(page)
             || spilled.contains_key(&page)
             || slice.poisoned.locked().contains(&page)
         {
             // Not resident (any more): nothing to move, and nothing to track.
             return false;
         }
-        let dirty = test_bit(&slice.dirty, page);
+        let dirty = slice.dirty.test(page);
         if slice.collecting.load(Ordering::SeqCst) > 0 {
             // A psync is taking this slice's pages: leave them where they are.
-            b.policy.locked().admit(v, dirty);
+            self.policy.locked().admit(v, dirty);
             return false;
         }
-        let addr = self.page_addr(&slice, page);
+        let addr = window.page_addr(&slice, page);
         let mut slot: Option<Spilled> = None;
         if dirty {
             // Protect first: a write from now on faults and waits for the tier lock.
-            if let Err(e) = self.uffd.write_protect(addr, PAGE_U64, true) {
+            if let Err(e) = window.write_protect(addr, true) {
                 log::warn!("pmo: protect page {page} for demotion: {e}");
-                b.policy.locked().admit(v, dirty);
+                self.policy.locked().admit(v, dirty);
                 return false;
             }
             let mut buf = Box::new([0u8; PAGE]);
@@ -354,79 +271,82 @@ impl Pager {
                 .is_some_and(|d| d.unchanged(page, &buf))
             {
                 // Marked dirty, but it holds what the store has: dropped like a clean page.
-                clear_bit(&slice.dirty, page);
+                slice.dirty.clear(page);
             } else {
                 let moved = Instant::now();
-                let put = b.tier.put(&buf);
-                self.charge_device(moved);
+                let put = self.tier.put(&buf);
+                window.charge_device(moved);
                 buf.fill(0);
                 match put {
                     Ok(s) => slot = Some(s),
                     Err(e) => {
                         // Stays resident (protected: the next write marks it dirty again).
                         log::debug!("pmo: page {page} stays in DRAM: {e}");
-                        b.policy.locked().admit(v, dirty);
+                        self.policy.locked().admit(v, dirty);
                         return false;
                     }
                 }
             }
             buf.fill(0);
         }
-        if let Err(e) = self.map.discard(addr, PAGE_U64) {
+        if let Err(e) = window.discard(addr) {
             log::error!("pmo: drop page {page} for demotion: {e}");
             if let Some(s) = slot {
-                b.tier.free(s);
+                self.tier.free(s);
             }
-            b.policy.locked().admit(v, dirty);
+            self.policy.locked().admit(v, dirty);
             return false;
         }
-        clear_bit(&slice.installed, page);
+        slice.installed.clear(page);
         match slot {
             Some(s) => {
-                clear_bit(&slice.dirty, page);
+                slice.dirty.clear(page);
                 spilled.insert(page, s);
                 slice.stats.cxl_dirty_pages.fetch_add(1, Ordering::Relaxed);
-                b.counters.demotions_dirty.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .demotions_dirty
+                    .fetch_add(1, Ordering::Relaxed);
             }
             None => {
-                set_bit(&slice.demoted, page);
-                b.counters.demotions_clean.fetch_add(1, Ordering::Relaxed);
+                slice.demoted.set(page);
+                self.counters
+                    .demotions_clean
+                    .fetch_add(1, Ordering::Relaxed);
             }
         }
         slice.stats.demotions.fetch_add(1, Ordering::Relaxed);
         slice.stats.dram_pages.fetch_sub(1, Ordering::Relaxed);
-        b.resident.fetch_sub(1, Ordering::AcqRel);
+        self.resident.fetch_sub(1, Ordering::AcqRel);
         true
     }
 
     /// A detached slice's pages leave the budget; its spilled pages (unsynced changes) are
     /// dropped with it. Called once nothing of the slice is in flight.
-    pub(super) fn release_budget(&self, slice: &Slice) {
+    pub(super) fn release(&self, slice: &Slice) {
         let spilled = std::mem::take(&mut *slice.spilled.locked());
-        let Some(b) = self.budget.get() else { return };
         for (_, s) in spilled {
-            b.tier.free(s);
+            self.tier.free(s);
         }
-        b.policy.locked().forget_pmo(slice.start);
+        self.policy.locked().forget_pmo(slice.start);
         slice.stats.cxl_dirty_pages.store(0, Ordering::Relaxed);
-        b.resident.fetch_sub(
+        self.resident.fetch_sub(
             slice.stats.dram_pages.swap(0, Ordering::AcqRel),
             Ordering::AcqRel,
         );
     }
 
-    /// Reads the spilled pages of `slice` for a psync (under its tier lock; the slots stay).
+    /// Reads the spilled pages of a slice for a psync (under its tier lock; the slots stay).
     pub(super) fn read_spilled(
         &self,
+        window: &Window,
         spilled: &BTreeMap<u64, Spilled>,
         out: &mut Vec<(u64, Box<[u8; PAGE]>)>,
     ) {
-        let Some(b) = self.budget.get() else { return };
         for (&page, slot) in spilled {
             let mut buf = Box::new([0u8; PAGE]);
             let moved = Instant::now();
-            let read = b.tier.read(slot, &mut buf);
-            self.charge_device(moved);
+            let read = self.tier.read(slot, &mut buf);
+            window.charge_device(moved);
             if let Err(e) = read {
                 log::error!("pmo: read spilled page {page}: {e}");
                 continue;
@@ -438,21 +358,13 @@ impl Pager {
     /// After a psync wrote them, spilled pages are clean: their slots are freed and a later
     /// access fills them from the store.
     pub(super) fn spilled_written(&self, slice: &Slice, pages: &[u64]) {
-        let Some(b) = self.budget.get() else { return };
         let mut spilled = slice.spilled.locked();
         for p in pages {
             if let Some(s) = spilled.remove(p) {
                 slice.stats.cxl_dirty_pages.fetch_sub(1, Ordering::Relaxed);
-                b.tier.free(s);
-                set_bit(&slice.demoted, *p);
+                self.tier.free(s);
+                slice.demoted.set(*p);
             }
         }
     }
-}
-
-/// Clears bit `page`; returns whether it was set.
-fn clear_bit_was_set(bits: &[AtomicU64], page: u64) -> bool {
-    bits.get((page / 64) as usize).is_some_and(|w| {
-        w.fetch_and(!(1 << (page % 64)), Ordering::AcqRel) & (1 << (page % 64)) != 0
-    })
 }

@@ -3,6 +3,8 @@
 
 use super::*;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// A store in memory: what a psync wrote, else page `p`'s initial pattern.
 #[derive(Default)]

@@ -1,120 +1,58 @@
 //! The demand-fault path: a touched page is filled from its source, checked, and installed;
 //! a page that fails is refused (made inaccessible) and reported, never installed.
 
-use super::budget::Installed;
-use super::*;
+use locked::Locked;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
-impl Pager {
-    /// Pages of live attachments that failed verification and stay
-    /// inaccessible: while any exist, a vCPU's `EFAULT` is a guest access to
-    /// one of them, not a VMM bug.
-    pub fn refused_pages(&self) -> u64 {
-        self.refused.load(Ordering::Acquire)
+use uffd::{Fault, FaultHandler, Watch};
+
+use super::budget::DramBudget;
+use super::bufs::RunBufs;
+use super::slice::{Installed, Slice};
+use super::window::Window;
+use super::Pager;
+
+impl FaultHandler for Pager {
+    type Scratch = RunBufs;
+
+    fn scratch(&self) -> Self::Scratch {
+        RunBufs::new()
     }
 
-    /// Serves every refused page as a page of zeros from now on.
-    ///
-    /// For accesses the guest driver cannot turn into SIGBUS in time (its
-    /// kernel reading the page, e.g. `write(2)` straight from a PMO mapping,
-    /// on a vCPU that never yields to the driver's work): after the VMM has
-    /// waited for the driver, the access completes with zeros, never with
-    /// the page's plaintext, and the VM goes on. It is never silent: the
-    /// refusal was reported first ([`PageSource::page_failed`]), which fails
-    /// the attachment (its psync persists nothing) and makes the guest driver
-    /// signal the process. The zeros are writable so a kernel write into the
-    /// page completes too; psync never takes refused pages. Returns how many
-    /// pages were switched.
-    pub fn zero_refused(&self) -> usize {
-        let slices: Vec<Arc<Slice>> = self.slices.read_locked().values().cloned().collect();
-        let zeros = [0u8; PAGE];
-        let mut n = 0;
-        for slice in slices {
-            let Some(_gate) = slice.enter() else {
-                continue;
-            };
-            // Held throughout: a refusal of the same page (push, then
-            // PROT_NONE) cannot interleave with serving it.
-            let poisoned = slice.poisoned.locked();
-            let mut zeroed = slice.zeroed.locked();
-            for &page in poisoned.iter() {
-                if zeroed.contains(&page) {
-                    continue;
-                }
-                let addr = self.page_addr(&slice, page);
-                // Zeros go in while the page is still inaccessible, so no
-                // fault can refuse it again between the two steps.
-                self.install(addr, &zeros, false);
-                // One page of our window inside this live slice (we hold its gate); it
-                // now holds zeros.
-                if let Err(e) = self.map.protect(addr, PAGE_U64, Access::ReadWrite) {
-                    log::error!("pmo: open refused page {page} as zeros: {e}");
-                    continue;
-                }
-                zeroed.push(page);
-                n += 1;
-            }
-        }
-        n
-    }
-
-    /// Serves one fault (the body of [`FaultHandler::handle`]).
-    pub(super) fn serve_fault(&self, f: Fault, buf: &mut [u8; PAGE], watch: &mut Watch<'_>) {
+    /// Serves one fault.
+    fn handle(&self, f: Fault, bufs: &mut Self::Scratch, watch: &mut Watch<'_>) {
         let start = Instant::now();
-        let base = self.host_addr();
-        if f.address < base || f.address >= base + self.size() {
+        let buf = bufs.page();
+        let window = &self.window;
+        let Some(wpage) = window.page_of(f.address) else {
             return;
-        }
-        let wpage = (f.address - base) / PAGE_U64;
-        let slice = {
-            let slices = self.slices.read_locked();
-            let found = slices
-                .range(..=wpage)
-                .next_back()
-                .filter(|(s, sl)| wpage < *s + sl.npages && !sl.closing.load(Ordering::SeqCst));
-            match found {
-                Some((_, sl)) => sl.clone(),
-                None => {
-                    // Outside any live attachment: a free part of the window,
-                    // or one being detached. Give it zeros (never anybody's
-                    // plaintext) so it cannot hang a vCPU. Under the read
-                    // lock: attach clears a range under the write lock, and
-                    // detach clears it after unpublishing the slice under the
-                    // write lock, so this page is cleared before the range
-                    // is anybody's.
-                    if f.wp {
-                        // Only a detaching slice has protected pages; they are cleared next.
-                        if let Err(e) = self.uffd.write_protect(f.address, PAGE_U64, false) {
-                            log::error!("pmo: unprotect page of a detaching slice: {e}");
-                        }
-                    } else {
-                        buf.fill(0);
-                        self.install(f.address, buf, false);
-                    }
-                    return;
+        };
+        let found = window.live_slice(wpage, || {
+            // Outside any live attachment: a free part of the window,
+            // or one being detached. Give it zeros (never anybody's
+            // plaintext) so it cannot hang a vCPU. Under the read
+            // lock: attach clears a range under the write lock, and
+            // detach clears it after unpublishing the slice under the
+            // write lock, so this page is cleared before the range
+            // is anybody's.
+            if f.wp {
+                // Only a detaching slice has protected pages; they are cleared next.
+                if let Err(e) = window.write_protect(f.address, false) {
+                    log::error!("pmo: unprotect page of a detaching slice: {e}");
                 }
+            } else {
+                buf.fill(0);
+                window.install(f.address, buf, false);
             }
+        });
+        let Some(slice) = found else {
+            return;
         };
         let page = wpage - slice.start;
+        let budget = self.budget.get();
         if f.wp {
-            let Some(_gate) = slice.enter() else {
-                // Detach began: the retry finds whoever owns the range then.
-                self.wake(f.address);
-                return;
-            };
-            // Under the tier lock: a demotion either moved the page out before (then the
-            // retried access promotes it) or sees it dirty after.
-            let spilled = slice.spilled.locked();
-            if !test_bit(&slice.installed, page) {
-                drop(spilled);
-                self.wake(f.address);
-                return;
-            }
-            slice.mark_dirty(page);
-            slice.stats.wp_faults.fetch_add(1, Ordering::Relaxed);
-            if let Err(e) = self.uffd.write_protect(f.address, PAGE_U64, false) {
-                log::error!("pmo: unprotect page {page}: {e}");
-            }
-            self.touched(&slice, page, true);
+            first_write(window, budget, &slice, page, f.address);
             return;
         }
         let writable = slice.source.writable();
@@ -123,30 +61,32 @@ impl Pager {
         let dirty_now = writable && f.write;
         let wp = writable && !f.write;
         let now = slice.seq.fetch_add(1, Ordering::AcqRel) + 1;
-        if self.promote_spilled(&slice, page, buf) {
+        if budget.is_some_and(|b| b.promote_spilled(window, &slice, page, buf)) {
             // Its only copy was in device memory: back, dirty, without crypto of the store.
             slice.stats.record_fault(start.elapsed().as_nanos() as u64);
-            self.enforce_budget();
+            enforce(window, budget);
             return;
         }
-        if let Some(staged) = slice.take_staged(page) {
+        if let Some(staged) = slice.triggers.take(page) {
             // A trigger: verified already, so this fault costs no crypto.
             slice.stats.trigger_hits.fetch_add(1, Ordering::Relaxed);
             slice.feedback(page, true);
             // Predict before the install wakes the guest: its next touch must find the next
             // batch already queued (the worker is woken after the install).
-            let wake = self.predict_after(&slice, page, f.tid, f.write);
+            let wake = self
+                .prefetch
+                .predict_after(window, &slice, page, f.tid, f.write);
             slice.stats.record_fault(start.elapsed().as_nanos() as u64);
-            if self.install_in(&slice, page, &staged.data, dirty_now, wp) == Installed::Not {
-                self.wake(f.address);
+            if slice.install(window, budget, page, staged.data(), dirty_now, wp) == Installed::Not {
+                window.wake(f.address);
             }
-            self.wake_prefetch(wake);
-            clear_bit(&slice.predicted, page);
+            self.prefetch.wake(wake);
+            slice.predicted.clear(page);
             slice.expire_staged(now);
-            self.enforce_budget();
+            enforce(window, budget);
             return;
         }
-        if test_bit(&slice.filling, page) {
+        if slice.filling.test(page) {
             // A prefetch run has it in hand: the run's install wakes this access (its release
             // does, if it cannot install the page). Decrypting it here too would only race
             // the run and split its one install into single pages.
@@ -160,7 +100,7 @@ impl Pager {
         }
         match slice.source.fill(page, buf) {
             Ok(()) => {
-                let late = test_bit(&slice.predicted, page);
+                let late = slice.predicted.test(page);
                 if late {
                     slice.stats.prefetch_late.fetch_add(1, Ordering::Relaxed);
                     slice.feedback(page, true);
@@ -170,82 +110,74 @@ impl Pager {
                         .demand_unpredicted
                         .fetch_add(1, Ordering::Relaxed);
                 }
-                set_bit(&slice.demand, page);
+                slice.demand.set(page);
                 // Predict before the install wakes the guest: its next touch must
                 // find the next pages already queued (the worker is woken after it).
-                let wake = self.predict_after(&slice, page, f.tid, f.write);
+                let wake = self
+                    .prefetch
+                    .predict_after(window, &slice, page, f.tid, f.write);
                 // Count before installing, for the same reason. The histogram
                 // covers lookup, decryption, verification and prediction.
                 slice.stats.pages_decrypted.fetch_add(1, Ordering::Relaxed);
                 slice.stats.record_fault(start.elapsed().as_nanos() as u64);
-                if self.install_in(&slice, page, buf, dirty_now, wp) == Installed::Not {
+                if slice.install(window, budget, page, buf, dirty_now, wp) == Installed::Not {
                     // A racing fault or prefetch installed it first, detach began (the
                     // plaintext stays out), or it was demoted dirty meanwhile (the retry
                     // promotes it).
                     slice.stats.pages_decrypted.fetch_sub(1, Ordering::Relaxed);
-                    self.wake(f.address);
+                    window.wake(f.address);
                 }
-                self.wake_prefetch(wake);
+                self.prefetch.wake(wake);
                 buf.fill(0);
                 slice.expire_staged(now);
-                self.enforce_budget();
+                enforce(window, budget);
             }
-            Err(e) => {
-                slice
-                    .stats
-                    .integrity_failures
-                    .fetch_add(1, Ordering::Relaxed);
-                log::warn!(
-                    "pmo: refusing page {page} of window offset {:#x}: {e}",
-                    slice.start * PAGE_U64
-                );
-                // Inside the gate: a refusal landing after detach would make
-                // the next attachment's page inaccessible.
-                if let Some(_gate) = slice.enter() {
-                    let mut poisoned = slice.poisoned.locked();
-                    if !poisoned.contains(&page) {
-                        poisoned.push(page);
-                        self.refused.fetch_add(1, Ordering::AcqRel);
-                        // Before the vCPU can go on: the attachment fails and
-                        // the guest hears of it.
-                        slice.source.page_failed(page, &e, Detected::OnAccess);
-                    }
-                    // One page of our window, inside this live slice; making it
-                    // inaccessible makes the faulting access fail (KVM returns EFAULT)
-                    // instead of retrying.
-                    if let Err(e) = self.map.protect(f.address, PAGE_U64, Access::None) {
-                        log::error!("pmo: make refused page {page} inaccessible: {e}");
-                    }
-                    drop(poisoned);
-                }
-                self.wake(f.address);
-            }
+            Err(e) => self.refusals.refuse(window, &slice, page, f.address, &e),
         }
     }
 
-    /// Wakes whoever waits on the fault at `addr` without installing anything:
-    /// the access retries and faults again if the page is still missing.
-    pub(super) fn wake(&self, addr: u64) {
-        if let Err(e) = self.uffd.wake(addr, PAGE_U64) {
-            log::error!("pmo: wake {addr:#x}: {e}");
-        }
+    /// Fills one predicted run: a fault thread spinning between faults would otherwise
+    /// take the CPU the prefetch worker needs (a walker, the spinner and the worker on two
+    /// CPUs left the worker far behind the walk).
+    fn idle(&self, bufs: &mut Self::Scratch, watch: &mut Watch<'_>) -> bool {
+        let Some(job) = self.prefetch.take_one(watch) else {
+            return false;
+        };
+        self.prefetch(&job, bufs);
+        true
     }
+}
 
-    /// Installs a page; true if we put it there (false: it was there already, or the
-    /// install failed and the access will fault again).
-    pub(super) fn install(&self, addr: u64, page: &[u8; PAGE], wp: bool) -> bool {
-        match self.uffd.install(addr, page, wp) {
-            Ok(Install::Done) => true,
-            Ok(Install::AlreadyThere) => false,
-            Err(e) => {
-                log::error!("pmo: install page at {addr:#x}: {e}");
-                false
-            }
-        }
+/// The first write to an installed page of a writable slice (it was write-protected): the
+/// page joins the dirty set and takes writes from now on.
+fn first_write(window: &Window, budget: Option<&DramBudget>, slice: &Slice, page: u64, addr: u64) {
+    let Some(_gate) = slice.gate.enter() else {
+        // Detach began: the retry finds whoever owns the range then.
+        window.wake(addr);
+        return;
+    };
+    // Under the tier lock: a demotion either moved the page out before (then the
+    // retried access promotes it) or sees it dirty after.
+    let spilled = slice.spilled.locked();
+    if !slice.installed.test(page) {
+        drop(spilled);
+        window.wake(addr);
+        return;
     }
+    slice.mark_dirty(page);
+    slice.stats.wp_faults.fetch_add(1, Ordering::Relaxed);
+    if let Err(e) = window.write_protect(addr, false) {
+        log::error!("pmo: unprotect page {page}: {e}");
+    }
+    if let Some(b) = budget {
+        b.touched(slice, page, true);
+    }
+}
 
-    /// Pages of the attachment at `offset` that failed verification so far.
-    pub fn poisoned_pages(&self, offset: u64) -> Result<Vec<u64>, PagerError> {
-        Ok(self.slice_at(offset)?.poisoned.locked().clone())
+/// Keeps the window within the DRAM budget, if there is one.
+#[inline]
+fn enforce(window: &Window, budget: Option<&DramBudget>) {
+    if let Some(b) = budget {
+        b.enforce(window);
     }
 }

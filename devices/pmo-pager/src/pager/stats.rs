@@ -1,7 +1,7 @@
 //! What a slice counts: faults and their latency, pages filled and prefetched, integrity
 //! failures, and the prediction metrics the comparison reports.
 
-use super::*;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Fault latency histogram buckets: bucket i counts faults of [2^i, 2^(i+1)) microseconds.
 pub const HIST_BUCKETS: usize = 16;
@@ -23,7 +23,8 @@ pub struct SliceStats {
     pub wp_faults: AtomicU64,
     /// Demand faults on pages that were predicted but not yet installed (late prefetches).
     pub prefetch_late: AtomicU64,
-    /// Pages decrypted and verified ahead of time but held back as triggers (see [`Pager::set_predictor`]).
+    /// Pages decrypted and verified ahead of time but held back as triggers (see
+    /// [`Pager::set_predictor`](super::Pager::set_predictor)).
     pub triggers: AtomicU64,
     /// Triggers the guest touched: predictions seen to be used, in time.
     pub trigger_hits: AtomicU64,
@@ -33,7 +34,8 @@ pub struct SliceStats {
     pub demand_unpredicted: AtomicU64,
     /// Pages a psync found marked dirty but holding what the store has: not written.
     pub psync_unchanged: AtomicU64,
-    /// Demoted pages brought back into local DRAM (see [`Pager::set_dram_budget`]).
+    /// Demoted pages brought back into local DRAM (see
+    /// [`Pager::set_dram_budget`](super::Pager::set_dram_budget)).
     pub promotions: AtomicU64,
     /// Pages moved out of local DRAM to keep to the budget.
     pub demotions: AtomicU64,
@@ -138,7 +140,7 @@ impl PredictionCounts {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::PredictionCounts;
 
     /// Counts of two attachments add field by field, so their sum estimates both together.
     #[test]

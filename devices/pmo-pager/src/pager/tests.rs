@@ -2,6 +2,8 @@
 //! the real userfaultfd delivers the faults.
 
 use super::*;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 mod detach_races;
 mod fault_threads;
@@ -602,7 +604,7 @@ fn failed_pages_are_reported_and_never_psynced() {
     let mut got = [0u8; 3];
     kc.read(base + 3 * PAGE_U64 + 8, &mut got).unwrap();
     assert_eq!(got, [1, 2, 3]);
-    pager.slice_at(off).unwrap().mark_dirty(3);
+    pager.window.slice_at(off).unwrap().mark_dirty(3);
     assert_eq!(dirty(&pager), Vec::<u64>::new());
     assert_eq!(src.failed.lock().unwrap().len(), 1, "no further reports");
     pager.detach(off).unwrap();

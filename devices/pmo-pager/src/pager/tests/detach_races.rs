@@ -171,10 +171,9 @@ fn detach_racing_fills_never_leaks_plaintext_into_the_next_attachment() {
                 }
                 // Touchers fault on A within microseconds. Rarely every page
                 // of A is resolved at once (quick fills, refusals): no race then.
-                let slice = pager.slice_at(off).map_err(|e| e.to_string())?;
-                let resolved = |p: u64| {
-                    test_bit(&slice.installed, p) || slice.poisoned.lock().unwrap().contains(&p)
-                };
+                let slice = pager.window.slice_at(off).map_err(|e| e.to_string())?;
+                let resolved =
+                    |p: u64| slice.installed.test(p) || slice.poisoned.lock().unwrap().contains(&p);
                 wait_for("a fill of A in flight", || {
                     a.active.load(Ordering::SeqCst) > 0
                         || (0..NPAGES).all(resolved)
