@@ -3,9 +3,9 @@
 
 use std::io;
 
+use pmo_media::MediumError;
 use pmo_pager::source::AttachmentError;
 use pmo_pager::PagerError;
-use pmo_store::medium::MediumError;
 use pmo_store::StoreError;
 
 /// Errors of a [`PmoHost`](crate::PmoHost).

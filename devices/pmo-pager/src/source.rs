@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use locked::RwLocked;
+use pmo_crypto::PAGE;
 use pmo_policies::Predictor;
-use pmo_store::crypto::PAGE;
 use pmo_store::{DetachHandle, Session, StoreError};
 
 use crate::pager::{FillError, PageSource, Pager, PagerError, SliceStats};
@@ -222,8 +222,8 @@ impl Attachment {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pmo_store::crypto::{KdfParams, UserKey};
-    use pmo_store::medium::FileMedium;
+    use pmo_crypto::{KdfParams, UserKey};
+    use pmo_media::FileMedium;
     use pmo_store::{Perm, Store, StoreOptions};
 
     struct Dir(std::path::PathBuf);

@@ -14,8 +14,8 @@ use super::codec::{checksum, Dec, Enc};
 use super::design::Design;
 use super::superblock::{Superblock, SLOT_SIZE};
 use super::StoreError;
-use crate::crypto::{KdfParams, KeyParams, PmoKeys, Suite, PAGE};
-use crate::medium::{Medium, MediumError};
+use pmo_crypto::{KdfParams, KeyParams, PmoKeys, Suite, PAGE};
+use pmo_media::{Medium, MediumError};
 
 const MAGIC: u32 = 0x3252_4d50; // "PMR2"
 /// Bytes of the name field of a record on media.

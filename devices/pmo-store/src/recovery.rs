@@ -21,9 +21,10 @@ use super::{
     journal, validate_name, Catalog, ExtentGeometry, Holders, LivePmo, LiveRecord, OpenOptions,
     PmoState, Store, StoreError, StoreState, EXTENT_ALIGN, MAX_PMO_SIZE,
 };
-use crate::crypto::PAGE;
-use crate::medium::Medium;
+use crate::extents::ExtentKeying;
 use locked::Locked;
+use pmo_crypto::PAGE;
+use pmo_media::{Backing, Extent};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex};
@@ -90,9 +91,11 @@ fn validate(sb: &Superblock, r: &Record) -> Result<(TreeLayout, ExtentGeometry),
 }
 
 pub(super) fn open(
-    m: Arc<dyn Medium>,
+    backing: Backing,
     opts: &OpenOptions,
 ) -> Result<(Store, RecoveryReport), StoreError> {
+    let m = backing.medium().clone();
+    let extent_keys = ExtentKeying::new(backing.extent_keys().cloned());
     let sb = Superblock::read(&*m)?;
     let mut report = RecoveryReport::default();
     let mut alloc = Allocator::new(sb.data_off, sb.medium_len, EXTENT_ALIGN);
@@ -170,10 +173,17 @@ pub(super) fn open(
     by_slot.sort_by_key(|pmo| pmo.slot);
     for pmo in by_slot {
         let c = pmo.lock_rec();
-        m.extent_in_use(pmo.slot, c.rec.ext_off, c.rec.ext_len)?;
+        extent_keys.in_use(&Extent {
+            slot: pmo.slot,
+            off: c.rec.ext_off,
+            len: c.rec.ext_len,
+        })?;
     }
     let inner = Arc::new(StoreState {
         medium: inner_m,
+        extent_keys,
+        reads_wait: backing.reads_wait(),
+        suites: opts.suites.clone(),
         superblock: sb,
         catalog: Mutex::new(Catalog {
             names: BTreeMap::new(),
@@ -209,7 +219,7 @@ pub(super) fn open(
     {
         let mut cat = inner.lock_catalog();
         for pmo in freed {
-            inner.medium.extent_released(pmo.slot)?;
+            inner.extent_keys.released(pmo.slot)?;
             let c = pmo.lock_rec();
             cat.alloc.release(c.rec.ext_off, c.rec.ext_len);
             cat.free_slots.insert(pmo.slot, (c.rec.seq, c.copy));

@@ -1,6 +1,6 @@
-//! The store tells its medium which ranges are PMO extents (`Medium::extent_in_use` /
-//! `extent_released`), so a medium with inline range encryption (the CXL expander's TEE) can
-//! key each PMO's range. The invariant checked here: every access inside an extent happens while
+//! The store tells a medium that keys extents which ranges are PMO extents
+//! (`ExtentKeys::extent_in_use` / `extent_released`, given beside the medium in `Backing`), so a
+//! medium with inline range encryption (the CXL expander's TEE) can key each PMO's range. The invariant checked here: every access inside an extent happens while
 //! that extent is in use, from create through recovery to destroy.
 
 // Test code: an unwrap that fails is a failed test.
@@ -8,8 +8,8 @@
 
 mod common;
 use common::*;
-use pmo_store::crypto::PAGE;
-use pmo_store::medium::{CrashMedium, CrashMode, Medium, MediumError};
+use pmo_crypto::PAGE;
+use pmo_media::{Backing, CrashMedium, CrashMode, Extent, ExtentKeys, Medium, MediumError};
 use pmo_store::{Perm, Store};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -72,7 +72,11 @@ impl Medium for Checked {
         self.check("zero", off, len);
         self.inner.zero(off, len)
     }
-    fn extent_in_use(&self, slot: u32, off: u64, len: u64) -> Result<(), MediumError> {
+}
+
+impl ExtentKeys for Checked {
+    fn extent_in_use(&self, e: &Extent) -> Result<(), MediumError> {
+        let (slot, off, len) = (e.slot, e.off, e.len);
         self.events
             .lock()
             .unwrap()
@@ -99,12 +103,20 @@ impl Medium for Checked {
         }
         Ok(())
     }
+    fn extent_encrypted(&self, _: &Extent) -> bool {
+        false
+    }
+}
+
+/// The checked medium as a store's media: its bytes and its extent hooks.
+fn media(m: &Arc<Checked>) -> Backing {
+    Backing::new(m.clone()).with_extent_keys(m.clone())
 }
 
 #[test]
 fn extents_are_in_use_whenever_the_store_touches_them() {
     let m = Arc::new(Checked::new(CrashMedium::new(MEDIUM)));
-    let s = Store::create(m.clone() as Arc<dyn Medium>, fast_options(16)).unwrap();
+    let s = Store::create(media(&m), fast_options(16)).unwrap();
     let k = key("k");
     s.create_pmo("a", 8 * PAGE as u64, &k).unwrap();
     s.create_pmo("b", 4 * PAGE as u64, &k).unwrap();
@@ -141,7 +153,7 @@ fn extents_are_in_use_whenever_the_store_touches_them() {
     // open declared them (recovery included) is a violation.
     let m2 = Arc::new(Checked::new(CrashMedium::from_image(img)));
     *m2.released.lock().unwrap() = m.in_use_extents();
-    let (s2, rep) = Store::open(m2.clone() as Arc<dyn Medium>).unwrap();
+    let (s2, rep) = Store::open(media(&m2)).unwrap();
     assert!(!rep.actions.is_empty(), "recovery ran: {rep:?}");
     let mut in_use = m2.in_use_extents();
     in_use.sort_unstable();
@@ -164,7 +176,12 @@ fn extents_are_in_use_whenever_the_store_touches_them() {
 #[test]
 fn the_checker_catches_an_access_to_a_released_extent() {
     let m = Checked::new(CrashMedium::new(1 << 20));
-    m.extent_in_use(0, 0x1000, 0x1000).unwrap();
+    m.extent_in_use(&Extent {
+        slot: 0,
+        off: 0x1000,
+        len: 0x1000,
+    })
+    .unwrap();
     m.write(0x1800, &[1]).unwrap();
     assert!(m.violations.lock().unwrap().is_empty());
     m.extent_released(0).unwrap();

@@ -22,12 +22,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cxl_t3::WorkingArea;
+use pmo_crypto::{Suite, UserKey, PAGE};
 use pmo_host::{HostConfig, HostError, PmoHost};
+use pmo_media::{FileMedium, Medium, PmTiming, TimedMedium};
 use pmo_pager::source::{Attachment, AttachmentError};
 use pmo_pager::working::{WorkingCopy, WorkingError};
 use pmo_pager::{Pager, PagerError};
-use pmo_store::crypto::{Suite, UserKey, PAGE};
-use pmo_store::medium::{FileMedium, Medium, PmTiming, TimedMedium};
 use pmo_store::{
     CreateOptions, Design, DetachHandle, Perm, Session, Store, StoreError, StoreOptions,
 };
@@ -54,7 +54,7 @@ pub enum EngineError {
     Policy(#[from] pmo_policies::PolicyError),
     /// The store file.
     #[error("medium: {0}")]
-    Medium(#[from] pmo_store::medium::MediumError),
+    Medium(#[from] pmo_media::MediumError),
     /// The temporary directory.
     #[error("temp dir: {0}")]
     Io(#[from] std::io::Error),
@@ -245,7 +245,8 @@ impl Env {
             medium,
             StoreOptions {
                 slots: Some(slots),
-                kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
+                kdf: pmo_crypto::KdfParams::INSECURE_FAST,
+                suites: pmo_bench_suites::suites(),
                 ..Default::default()
             },
         )?;
@@ -293,7 +294,7 @@ pub(crate) fn cell_suite(spec: &DesignSpec, integrity: bool) -> Result<Suite, En
     match (integrity, spec.design.needs_range_encryption()) {
         (true, true) => Ok(spec.design.default_suite()),
         (true, false) => Ok(Suite::XtsBlake3),
-        (false, false) => Ok(Suite::XtsNoMacBench),
+        (false, false) => Ok(pmo_bench_suites::NOMAC),
         (false, true) => Err(EngineError::NoIntegrityOff(spec.label)),
     }
 }

@@ -30,7 +30,7 @@ mod devices;
 mod error;
 mod options;
 
-use pmo_store::crypto::{KdfParams, RangeCipher};
+use pmo_crypto::{KdfParams, RangeCipher};
 use pmo_store::StoreOptions;
 use pmo_virtio::device::{DramBudgetConfig, PmoDeviceConfig};
 use sizes::{parse_size, ByteSize};

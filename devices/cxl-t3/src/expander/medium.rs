@@ -1,25 +1,26 @@
-//! The PMO store's [`Medium`] over an expander, so a store (PMO designs C,
-//! CL, CF) can live on CXL memory: reads and writes go through the device
-//! cache on the host path, `persist` writes the covered dirty blocks back
-//! to media and `fdatasync`s it.
+//! A [`Medium`] over an expander, so a PMO store (designs C, CL, CF) can
+//! live on CXL memory: reads and writes go through the device cache on the
+//! host path, `persist` writes the covered dirty blocks back to media and
+//! `fdatasync`s it.
 //!
-//! With an [`ExtentKeys`] provider the medium also keys each PMO's extent
-//! as the store announces it (`extent_in_use`): TEE range id = the PMO's
-//! table slot, key = what the provider returns for that extent. The
-//! provider is the PMO service's business (where the key comes from); this
-//! only programs it and clears it at `extent_released`.
+//! With an [`ExtentKeySource`] the medium also keys each PMO's extent as the
+//! store announces it ([`ExtentKeys::extent_in_use`]): TEE range id = the
+//! PMO's table slot, key = what the source returns for that extent. The
+//! source is the PMO service's business (where the key comes from); this
+//! only programs it and clears it at `extent_released`. The store gets both
+//! halves from one [`Backing`] (`Backing::from(cxl_medium)`), so a keyed
+//! medium's keys cannot be left behind.
 
 use std::sync::Arc;
 
-use pmo_store::medium::{check_range, Medium, MediumError};
+use pmo_media::{check_range, Backing, Extent, ExtentKeys, Medium, MediumError};
 use zeroize::Zeroizing;
 
 use super::{Expander, ExpanderError};
 
-/// Gives the TEE key (32 or 64 bytes) for the extent `[off, off+len)` of
-/// table slot `slot`, offsets relative to the medium; `None` leaves that
-/// extent unkeyed.
-pub type ExtentKeys = dyn Fn(u32, u64, u64) -> Option<Zeroizing<Vec<u8>>> + Send + Sync;
+/// Gives the TEE key (32 or 64 bytes) for a PMO extent (offsets relative to
+/// the medium); `None` leaves that extent unkeyed.
+pub type ExtentKeySource = dyn Fn(&Extent) -> Option<Zeroizing<Vec<u8>>> + Send + Sync;
 
 /// A window `[base, base+len)` of an expander's DPA space as a medium.
 #[derive(Clone)]
@@ -27,7 +28,7 @@ pub struct CxlMedium {
     exp: Arc<Expander>,
     base: u64,
     len: u64,
-    keys: Option<Arc<ExtentKeys>>,
+    keys: Option<Arc<ExtentKeySource>>,
 }
 
 impl std::fmt::Debug for CxlMedium {
@@ -63,19 +64,25 @@ impl CxlMedium {
         })
     }
 
-    /// Keys each PMO extent the store announces with the provider's key
+    /// Keys each PMO extent the store announces with the source's key
     /// (see the module doc). Extents must be 4 KiB aligned in DPA.
-    pub fn with_extent_keys(mut self, keys: Arc<ExtentKeys>) -> Self {
+    pub fn with_extent_keys(mut self, keys: Arc<ExtentKeySource>) -> Self {
         self.keys = Some(keys);
         self
     }
 
     /// Keys each PMO extent with its own key from the PMO service's keyring
     /// (derived from the VMM's master key; nothing stored).
-    pub fn with_keyring(self, keyring: pmo_store::crypto::ExtentKeyring) -> Self {
-        self.with_extent_keys(Arc::new(move |slot, off, len| {
-            Some(keyring.extent_key(slot, off, len))
+    pub fn with_keyring(self, keyring: pmo_crypto::ExtentKeyring) -> Self {
+        self.with_extent_keys(Arc::new(move |e: &Extent| {
+            Some(keyring.extent_key(e.slot, e.off, e.len))
         }))
+    }
+
+    /// True when reads may wait for the media's modelled latency (see
+    /// [`Backing::with_reads_wait`]).
+    pub fn reads_wait(&self) -> bool {
+        !self.exp.media_latency().is_zero()
     }
 
     /// The expander underneath.
@@ -123,11 +130,30 @@ impl Medium for CxlMedium {
             .zero(self.base + off, len)
             .map_err(|e| to_medium("cxl zero", e))
     }
+}
 
-    fn extent_in_use(&self, slot: u32, off: u64, len: u64) -> Result<(), MediumError> {
+/// The store's media on this expander window: its bytes, its extent keys
+/// when it has a key source, and whether reads wait for media latency.
+impl From<CxlMedium> for Backing {
+    fn from(m: CxlMedium) -> Self {
+        let reads_wait = m.reads_wait();
+        let keyed = m.keys.is_some();
+        let m = Arc::new(m);
+        let media = Backing::new(m.clone()).with_reads_wait(reads_wait);
+        if keyed {
+            media.with_extent_keys(m)
+        } else {
+            media
+        }
+    }
+}
+
+impl ExtentKeys for CxlMedium {
+    fn extent_in_use(&self, e: &Extent) -> Result<(), MediumError> {
         let Some(keys) = &self.keys else {
             return Ok(());
         };
+        let (slot, off, len) = (e.slot, e.off, e.len);
         check_range(self.len, off, len)?;
         let id = range_id(slot)?;
         if self.exp.memory.working_id(id) {
@@ -148,7 +174,7 @@ impl Medium for CxlMedium {
                 .map_err(|e| to_medium("cxl clear extent key", e))?,
             None => {}
         }
-        let Some(key) = keys(slot, off, len) else {
+        let Some(key) = keys(e) else {
             return Ok(());
         };
         self.exp
@@ -156,18 +182,14 @@ impl Medium for CxlMedium {
             .map_err(|e| to_medium("cxl key extent", e))
     }
 
-    fn extent_encrypted(&self, slot: u32, off: u64, len: u64) -> bool {
-        let (Ok(id), Some(_)) = (range_id(slot), &self.keys) else {
+    fn extent_encrypted(&self, e: &Extent) -> bool {
+        let (Ok(id), Some(_)) = (range_id(e.slot), &self.keys) else {
             return false;
         };
-        let Some(end) = off.checked_add(len).filter(|e| *e <= self.len) else {
+        let Some(end) = e.off.checked_add(e.len).filter(|end| *end <= self.len) else {
             return false;
         };
-        self.exp.range_key(id) == Some((self.base + off, self.base + end))
-    }
-
-    fn reads_wait(&self) -> bool {
-        !self.exp.media_latency().is_zero()
+        self.exp.range_key(id) == Some((self.base + e.off, self.base + end))
     }
 
     fn extent_released(&self, slot: u32) -> Result<(), MediumError> {

@@ -32,8 +32,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use pmo_crypto::PAGE;
 use pmo_policies::{FaultEvent, Predictor};
-use pmo_store::crypto::PAGE;
 use uffd::{Access, AnonMap, FaultServer, Watch};
 pub use uffd::{Fault, FaultHandler, Install, Uffd};
 use zeroize::Zeroize;
@@ -80,7 +80,7 @@ pub enum PagerError {
     Budget(String),
     /// No key for the slice's page fingerprints could be drawn.
     #[error("page fingerprint key: {0}")]
-    Key(pmo_store::crypto::CryptoError),
+    Key(pmo_crypto::CryptoError),
 }
 
 /// Why a page could not be filled.
@@ -436,7 +436,7 @@ impl Pager {
     /// What one page moved into or out of the CXL expander's device memory costs from now
     /// on: installs into and psync reads of a working copy on the device (LPMO CF), and
     /// dirty pages demoted to or promoted from device memory under a DRAM budget. 0 (the
-    /// default) charges nothing. The wait is [`pmo_store::medium::charge`]'s, as the
+    /// default) charges nothing. The wait is [`pmo_media::charge`]'s, as the
     /// expander's media latency.
     pub fn set_device_memory_latency(&self, per_page: std::time::Duration) {
         let ns = u64::try_from(per_page.as_nanos()).unwrap_or(u64::MAX);
@@ -446,7 +446,7 @@ impl Pager {
     /// Waits out one device-memory page transfer that began at `start`.
     pub(super) fn charge_device(&self, start: Instant) {
         let ns = self.device_latency_ns.load(Ordering::Relaxed);
-        pmo_store::medium::charge(start, std::time::Duration::from_nanos(ns));
+        pmo_media::charge(start, std::time::Duration::from_nanos(ns));
     }
 
     /// Host address of the window (what the VMM maps into the guest).

@@ -25,12 +25,12 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use crate::proto::{self, Request, Status};
 use direct::{DirectCopy, DirectSetup};
+use pmo_crypto::{UserKey, PAGE};
+use pmo_media::{Backing, FileMedium, KillInPsync, Medium};
 use pmo_pager::pager::{
     Detected, FillError, PageSource, Pager, PagerError, SliceStats, HIST_BUCKETS,
 };
 use pmo_pager::source::SessionSource;
-use pmo_store::crypto::{UserKey, PAGE};
-use pmo_store::medium::{FileMedium, KillInPsync, Medium};
 use pmo_store::{CreateOptions, Design, Perm, Store, StoreError, StoreOptions};
 
 const QUEUE_SIZE: u16 = 128;
@@ -48,7 +48,7 @@ pub enum DeviceError {
         /// The store file.
         path: PathBuf,
         /// Why.
-        source: pmo_store::medium::MediumError,
+        source: pmo_media::MediumError,
     },
     /// The store cannot be formatted, opened or recovered.
     #[error("PMO store {path}: {source}")]
@@ -132,7 +132,7 @@ fn open_file_store(
             path: path.to_owned(),
             source,
         })?;
-    let opened = open_store_on(path, Arc::new(file), fresh, opts, kill_at);
+    let opened = open_store_on(path, Arc::new(file).into(), fresh, opts, kill_at);
     if opened.is_err() && fresh {
         // Leave nothing behind that a later run would take for a damaged store.
         let _ = std::fs::remove_file(path);
@@ -140,23 +140,26 @@ fn open_file_store(
     opened
 }
 
-/// Opens the store on `medium`, formatting it first when `blank`; `label` (the file or the
+/// Opens the store on `media`, formatting it first when `blank`; `label` (the file or the
 /// media behind it) names it in errors and logs.
 fn open_store_on(
     label: &Path,
-    medium: Arc<dyn Medium>,
+    backing: Backing,
     blank: bool,
     opts: StoreOptions,
     kill_at: Option<u64>,
 ) -> Result<(Store, KillHook), DeviceError> {
-    let (m, hook): (Arc<dyn Medium>, KillHook) = match kill_at {
-        Some(n) => {
-            let k = Arc::new(KillInPsync::new(medium, n));
-            (k.clone(), Some(k))
-        }
-        None => (medium, None),
+    let mut hook: KillHook = None;
+    let backing = match kill_at {
+        // Only the bytes go through the hook; the extent keys stay as they are.
+        Some(n) => backing.map_medium(|m| {
+            let k = Arc::new(KillInPsync::new(m, n));
+            hook = Some(k.clone());
+            k
+        }),
+        None => backing,
     };
-    let store = match Store::open_or_format(m, blank, opts) {
+    let store = match Store::open_or_format(backing, blank, opts) {
         Ok((store, Some(report))) => {
             log::info!("PMO store {}: {report:?}", label.display());
             store
@@ -199,14 +202,15 @@ impl PmoDevice {
         Ok(Self::serving(PmoService::new(cfg)?))
     }
 
-    /// The device over a store on a medium the VMM opened (a PMO store on a CXL expander's
-    /// media, `cfg.store` naming that media); formats it first when `blank`.
+    /// The device over a store on media the VMM opened (a PMO store on a CXL expander's
+    /// media with its extent keys, `cfg.store` naming that media); formats it first when
+    /// `blank`.
     pub fn with_medium(
         cfg: &PmoDeviceConfig,
-        medium: Arc<dyn Medium>,
+        backing: Backing,
         blank: bool,
     ) -> Result<Self, DeviceError> {
-        Ok(Self::serving(PmoService::with_medium(cfg, medium, blank)?))
+        Ok(Self::serving(PmoService::with_medium(cfg, backing, blank)?))
     }
 
     fn serving(service: Arc<PmoService>) -> Self {

@@ -86,16 +86,16 @@ impl PmoService {
         Self::start(cfg, store, kill_hook)
     }
 
-    /// The service over a store on `medium` (see [`super::PmoDevice::with_medium`]).
+    /// The service over a store on `backing` (see [`super::PmoDevice::with_medium`]).
     pub fn with_medium(
         cfg: &PmoDeviceConfig,
-        medium: Arc<dyn Medium>,
+        backing: Backing,
         blank: bool,
     ) -> Result<Arc<Self>, DeviceError> {
         Self::check(cfg)?;
         let (store, kill_hook) = open_store_on(
             &cfg.store,
-            medium,
+            backing,
             blank,
             cfg.store_options.clone(),
             cfg.test_kill_in_psync,
