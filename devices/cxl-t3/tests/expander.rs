@@ -592,3 +592,59 @@ fn persist_covers_its_range_and_a_drop_does_not_flush() {
     drop(x);
     let _ = std::fs::remove_file(&path);
 }
+
+/// An extent is keyed for its owner: announced again for the same owner it stays as keyed;
+/// announced for another owner (a later PMO in the same slot and place) it gets that owner's
+/// key and reads the earlier owner's bytes only as ciphertext; `extent_encrypted` holds only
+/// for the owner it is keyed for. A second medium over the same expander knows no owner and
+/// keys afresh (with the same key for the same owner, so the bytes stay readable).
+#[test]
+fn extents_are_keyed_for_their_owner() {
+    use pmo_media::{Extent, ExtentKeys};
+    let path = tmp("owner");
+    let x = Expander::open(&config(path.clone(), 4 << 20, 64, 8)).unwrap();
+    let keyed = || {
+        CxlMedium::new(x.clone()).with_extent_keys(std::sync::Arc::new(|e: &Extent| {
+            Some(zeroize::Zeroizing::new(vec![e.owner[0]; 64]))
+        }))
+    };
+    let m = keyed();
+    let owned = |owner: u8| Extent {
+        slot: 3,
+        off: 1 << 20,
+        len: 1 << 20,
+        owner: [owner; 32],
+    };
+    let data = [0x5au8; 64];
+    let read = |m: &CxlMedium| {
+        let mut b = [0u8; 64];
+        m.read((1 << 20) + 4096, &mut b).unwrap();
+        b
+    };
+    m.extent_in_use(&owned(1)).unwrap();
+    m.write((1 << 20) + 4096, &data).unwrap();
+    m.persist(1 << 20, 1 << 20).unwrap();
+    assert!(m.extent_encrypted(&owned(1)));
+    assert!(!m.extent_encrypted(&owned(2)), "keyed for owner 1 only");
+    m.extent_in_use(&owned(1)).unwrap();
+    assert_eq!(read(&m), data, "announced again: as keyed");
+    m.extent_in_use(&owned(2)).unwrap();
+    assert!(m.extent_encrypted(&owned(2)) && !m.extent_encrypted(&owned(1)));
+    assert_ne!(read(&m), data, "another owner's key reads ciphertext");
+    m.extent_in_use(&owned(1)).unwrap();
+    assert_eq!(read(&m), data);
+    let fresh = keyed();
+    assert!(
+        !fresh.extent_encrypted(&owned(1)),
+        "a new medium knows no owner"
+    );
+    fresh.extent_in_use(&owned(1)).unwrap();
+    assert!(fresh.extent_encrypted(&owned(1)));
+    assert_eq!(read(&fresh), data);
+    fresh.extent_released(3).unwrap();
+    assert!(!fresh.extent_encrypted(&owned(1)));
+    assert_eq!(x.range_key(3), None);
+    drop((m, fresh));
+    drop(x);
+    let _ = std::fs::remove_file(&path);
+}

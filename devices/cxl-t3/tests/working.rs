@@ -527,6 +527,7 @@ fn the_store_medium_leaves_working_keys_alone() {
         slot,
         off: 0,
         len: 4 * P,
+        owner: [1; 32],
     };
     m.extent_in_use(&at(u32::from(id))).unwrap();
     assert_eq!(x.range_key(id), Some((e.dpa(), e.dpa() + e.len())));

@@ -4,9 +4,29 @@
 //! all go through here, so no two of them decide it differently.
 
 use crate::{Design, StoreError};
-use pmo_crypto::Suite;
+use pmo_crypto::{KeyParams, Suite};
 use pmo_media::{Extent, ExtentKeys, MediumError};
 use std::sync::Arc;
+
+/// The extent `[off, off+len)` of the PMO in table slot `slot` whose record holds `keys` and
+/// `kcv`, as a medium that keys extents is told about it. Its owner is a digest of the PMO's
+/// uid, salt and key-check value: random per create (a PMO created in a destroyed PMO's slot
+/// and place gets another range key), and not something another tenant can copy into its own
+/// record and still attach (the key check of its own key would fail). The fields are read from
+/// the record before anything verified them (open announces extents before recovery); an edit
+/// changes the key, and the PMO then reads as garbage its page tags reject.
+pub(crate) fn extent(slot: u32, off: u64, len: u64, keys: &KeyParams, kcv: &[u8; 32]) -> Extent {
+    let mut h = blake3::Hasher::new_derive_key("pmovmm 2025 extent owner: uid, salt, key check");
+    h.update(&keys.uid.to_le_bytes());
+    h.update(&keys.salt);
+    h.update(kcv);
+    Extent {
+        slot,
+        off,
+        len,
+        owner: *h.finalize().as_bytes(),
+    }
+}
 
 /// The extent keys of a store's media; none on a medium that encrypts nothing itself.
 #[derive(Clone, Default)]

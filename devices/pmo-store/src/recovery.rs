@@ -21,10 +21,10 @@ use super::{
     journal, validate_name, Catalog, ExtentGeometry, Holders, LivePmo, LiveRecord, OpenOptions,
     PmoState, Store, StoreError, StoreState, EXTENT_ALIGN, MAX_PMO_SIZE,
 };
-use crate::extents::ExtentKeying;
+use crate::extents::{self, ExtentKeying};
 use locked::Locked;
 use pmo_crypto::PAGE;
-use pmo_media::{Backing, Extent};
+use pmo_media::Backing;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex};
@@ -173,11 +173,10 @@ pub(super) fn open(
     by_slot.sort_by_key(|pmo| pmo.slot);
     for pmo in by_slot {
         let c = pmo.lock_rec();
-        extent_keys.in_use(&Extent {
-            slot: pmo.slot,
-            off: c.rec.ext_off,
-            len: c.rec.ext_len,
-        })?;
+        let r = &c.rec;
+        extent_keys.in_use(&extents::extent(
+            pmo.slot, r.ext_off, r.ext_len, &r.keys, &r.kcv,
+        ))?;
     }
     let inner = Arc::new(StoreState {
         medium: inner_m,

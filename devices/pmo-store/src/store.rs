@@ -2,7 +2,7 @@
 
 use crate::alloc::Allocator;
 use crate::anchor::Anchor;
-use crate::extents::ExtentKeying;
+use crate::extents::{self, ExtentKeying};
 use crate::record::{Record, MAX_NAME};
 use crate::state::{Catalog, ExtentGeometry, Holders, LivePmo, LiveRecord, StoreState};
 use crate::superblock::Superblock;
@@ -14,7 +14,7 @@ use crate::{
 };
 use locked::{Locked, Waited};
 use pmo_crypto::{CryptoError, KeyParams, PmoKeys, UserKey, PAGE};
-use pmo_media::{Backing, Extent, Medium};
+use pmo_media::{Backing, Medium};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -237,11 +237,7 @@ impl Store {
                 }));
             }
             // Key the range (on a medium with inline encryption) before anything is written.
-            let extent = Extent {
-                slot,
-                off: ext_off,
-                len: ext_len,
-            };
+            let extent = extents::extent(slot, ext_off, ext_len, &params, &keys.key_check_value());
             self.inner.extent_keys.in_use(&extent)?;
             self.inner
                 .extent_keys

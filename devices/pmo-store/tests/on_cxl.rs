@@ -455,3 +455,70 @@ fn store_extents_are_keyed_through_the_provider() {
     }
     let _ = std::fs::remove_file(&path);
 }
+
+/// Issue 27 part 2: a PMO created after a destroy gets the destroyed PMO's slot and, first
+/// fit, its extent. Its range key must not be the old one: with an old copy of the media and
+/// a tenant choosing what the new PMO holds, equal XTS blocks at equal DPAs would test the old
+/// tenant's data one 16-byte block at a time. Design `c` (`tee-blake3`) stores pages with no
+/// software cipher, so the range key is all that stands between them: the same plaintext
+/// written into the same extent through the new PMO must share no 16-byte block with the old
+/// media copy.
+#[test]
+fn a_pmo_in_a_destroyed_pmos_extent_never_reuses_its_range_key() {
+    use pmo_store::{CreateOptions, Design};
+    let path = tmp("reuse");
+    let np = 8u64;
+    let page = page_with(b"the old tenant's secret block 16");
+    let opts = CreateOptions {
+        design: Design::C,
+        suite: None,
+        kdf: None,
+    };
+    let x = open(&path);
+    let s = design_c_store(&x, &[0x42u8; 32]);
+    let extent_of = |s: &Store| {
+        let info = s.list().remove(0);
+        (info.slot, info.extent)
+    };
+    let write_all = |s: &Store, name: &str, k: &UserKey| {
+        let w = s.attach(name, Perm::Write, k).unwrap();
+        w.psync((0..np).map(|p| (p, &page))).unwrap();
+        w.detach().wait().unwrap();
+        x.flush().unwrap();
+    };
+    let old_key = UserKey::new(b"old tenant").unwrap();
+    s.create_pmo_with("old", np * PAGE as u64, &old_key, opts)
+        .unwrap();
+    let (slot, extent) = extent_of(&s);
+    write_all(&s, "old", &old_key);
+    let primaries = |at: u64| read_media(&path, MEDIA_HEADER + at, (np * PAGE as u64) as usize);
+    let old_copy = primaries(extent.0);
+    assert_eq!(
+        count(&old_copy, b"the old tenant's"),
+        0,
+        "range key applied"
+    );
+    s.destroy_pmo("old", &old_key).unwrap();
+
+    // The next tenant gets the same slot and extent, and writes the same plaintext.
+    let new_key = UserKey::new(b"new tenant").unwrap();
+    s.create_pmo_with("new", np * PAGE as u64, &new_key, opts)
+        .unwrap();
+    assert_eq!(extent_of(&s), (slot, extent), "same slot, same extent");
+    write_all(&s, "new", &new_key);
+    let new_copy = primaries(extent.0);
+    let old_blocks: std::collections::HashSet<&[u8]> = old_copy.chunks(16).collect();
+    let repeated = new_copy
+        .chunks(16)
+        .filter(|b| old_blocks.contains(b))
+        .count();
+    assert_eq!(
+        repeated,
+        0,
+        "{repeated} of {} media blocks repeat the destroyed PMO's",
+        new_copy.len() / 16
+    );
+    drop(s);
+    x.shutdown().unwrap();
+    let _ = std::fs::remove_file(&path);
+}

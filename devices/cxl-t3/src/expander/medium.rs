@@ -11,8 +11,10 @@
 //! halves from one [`Backing`] (`Backing::from(cxl_medium)`), so a keyed
 //! medium's keys cannot be left behind.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
+use locked::Locked;
 use pmo_media::{check_range, Backing, Extent, ExtentKeys, Medium, MediumError};
 use zeroize::Zeroizing;
 
@@ -29,6 +31,9 @@ pub struct CxlMedium {
     base: u64,
     len: u64,
     keys: Option<Arc<ExtentKeySource>>,
+    /// Range id -> the owner (`Extent::owner`) this medium keyed it for. Shared by clones; a
+    /// new medium over the same expander knows no owner and keys every extent afresh.
+    owners: Arc<Mutex<HashMap<u16, [u8; 32]>>>,
 }
 
 impl std::fmt::Debug for CxlMedium {
@@ -50,6 +55,7 @@ impl CxlMedium {
             base: 0,
             len,
             keys: None,
+            owners: Arc::default(),
         }
     }
 
@@ -61,6 +67,7 @@ impl CxlMedium {
             base,
             len,
             keys: None,
+            owners: Arc::default(),
         })
     }
 
@@ -75,7 +82,7 @@ impl CxlMedium {
     /// (derived from the VMM's master key; nothing stored).
     pub fn with_keyring(self, keyring: pmo_crypto::ExtentKeyring) -> Self {
         self.with_extent_keys(Arc::new(move |e: &Extent| {
-            Some(keyring.extent_key(e.slot, e.off, e.len))
+            Some(keyring.extent_key(e.slot, e.off, e.len, &e.owner))
         }))
     }
 
@@ -165,13 +172,19 @@ impl ExtentKeys for CxlMedium {
             return Ok(());
         }
         let (start, end) = (self.base + off, self.base + off + len);
-        // Announced again at open: already keyed for exactly this extent.
+        // The owners' lock is taken before the expander's key changes, everywhere.
+        let mut owners = self.owners.locked();
+        // Announced again (a reopen): already keyed for exactly this extent and owner. Keyed
+        // for another owner or place (a range left keyed by another medium, whose owner this
+        // one cannot know): cleared and keyed again, so no PMO inherits another's key.
         match self.exp.range_key(id) {
-            Some(r) if r == (start, end) => return Ok(()),
-            Some(_) => self
-                .exp
-                .clear_range_key(id)
-                .map_err(|e| to_medium("cxl clear extent key", e))?,
+            Some(r) if r == (start, end) && owners.get(&id) == Some(&e.owner) => return Ok(()),
+            Some(_) => {
+                owners.remove(&id);
+                self.exp
+                    .clear_range_key(id)
+                    .map_err(|e| to_medium("cxl clear extent key", e))?
+            }
             None => {}
         }
         let Some(key) = keys(e) else {
@@ -179,7 +192,9 @@ impl ExtentKeys for CxlMedium {
         };
         self.exp
             .set_range_key(id, start, end, &key)
-            .map_err(|e| to_medium("cxl key extent", e))
+            .map_err(|e| to_medium("cxl key extent", e))?;
+        owners.insert(id, e.owner);
+        Ok(())
     }
 
     fn extent_encrypted(&self, e: &Extent) -> bool {
@@ -189,7 +204,9 @@ impl ExtentKeys for CxlMedium {
         let Some(end) = e.off.checked_add(e.len).filter(|end| *end <= self.len) else {
             return false;
         };
-        self.exp.range_key(id) == Some((self.base + e.off, self.base + end))
+        let owners = self.owners.locked();
+        owners.get(&id) == Some(&e.owner)
+            && self.exp.range_key(id) == Some((self.base + e.off, self.base + end))
     }
 
     fn extent_released(&self, slot: u32) -> Result<(), MediumError> {
@@ -197,9 +214,11 @@ impl ExtentKeys for CxlMedium {
             return Ok(());
         }
         let id = range_id(slot)?;
+        let mut owners = self.owners.locked();
         if self.exp.range_key(id).is_none() || self.exp.memory.working_id(id) {
             return Ok(());
         }
+        owners.remove(&id);
         self.exp
             .clear_range_key(id)
             .map_err(|e| to_medium("cxl clear extent key", e))

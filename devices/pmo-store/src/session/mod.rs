@@ -141,11 +141,7 @@ impl Session {
         if !keys.suite_available() {
             return Err(pmo_crypto::CryptoError::SuiteUnavailable(r.keys.suite.code()).into());
         }
-        let extent = pmo_media::Extent {
-            slot: pmo.slot,
-            off: r.ext_off,
-            len: r.ext_len,
-        };
+        let extent = crate::extents::extent(pmo.slot, r.ext_off, r.ext_len, &r.keys, &r.kcv);
         store
             .extent_keys
             .require_range_encryption(&pmo.name, &extent, design, r.keys.suite)?;
