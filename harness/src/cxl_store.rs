@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cxl_t3::expander::{CxlMedium, Expander, ExpanderConfig, ExpanderError};
 use cxl_t3::WorkingArea;
-use pmo_store::crypto::{CryptoError, ExtentKeyring, KdfParams};
+use pmo_crypto::{CryptoError, ExtentKeyring, KdfParams};
 use pmo_store::{Store, StoreError, StoreOptions};
 
 /// The benchmark master key (the range keys are derived from it; nothing here is secret).
@@ -82,14 +82,14 @@ pub fn expander_store_with_area(
         ..ExpanderConfig::new(&media, size)
     };
     let expander = Expander::open(&cfg)?;
-    let medium =
-        Arc::new(CxlMedium::new(expander.clone()).with_keyring(ExtentKeyring::new(MASTER)?));
+    let medium = CxlMedium::new(expander.clone()).with_keyring(ExtentKeyring::new(MASTER)?);
     let store_len = size - working;
     let store = Store::create(
         medium,
         StoreOptions {
             slots: Some(slots),
             kdf: KdfParams::INSECURE_FAST,
+            suites: pmo_bench_suites::suites(),
             len: (working > 0).then_some(store_len),
             ..Default::default()
         },

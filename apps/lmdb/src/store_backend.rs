@@ -10,9 +10,9 @@ use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use pmo_crypto::UserKey;
 use pmo_host::PmoHost;
 use pmo_pager::SliceStats;
-use pmo_store::crypto::UserKey;
 use pmo_store::Store;
 
 use crate::pmo::PmoBackend;

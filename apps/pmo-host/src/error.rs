@@ -3,8 +3,8 @@
 
 use std::io;
 
+use pmo_media::MediumError;
 use pmo_pager::{AttachmentError, Failure, PagerError};
-use pmo_store::medium::MediumError;
 use pmo_store::StoreError;
 
 /// Errors of a [`PmoHost`](crate::PmoHost).

@@ -42,10 +42,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use locked::Locked;
+use pmo_crypto::{KdfParams, Suite, UserKey, PAGE};
+use pmo_media::FileMedium;
 use pmo_pager::{AttachOptions, Attachment, Pager, SliceStats, WorkingPlace};
 use pmo_policies::PredictorSpec;
-use pmo_store::crypto::{KdfParams, Suite, UserKey, PAGE};
-use pmo_store::medium::FileMedium;
 use pmo_store::{CreateOptions, Design, DetachHandle, Perm, Store, StoreError, StoreOptions};
 
 pub use error::HostError;

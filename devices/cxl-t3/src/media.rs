@@ -9,7 +9,7 @@
 //!
 //! Every block read (a cache fill) and block write (a write-back) is charged
 //! the configured media latency, standing for NAND behind the device cache:
-//! waits up to [`SPIN_LIMIT`] are spun (a sleep cannot wake that precisely);
+//! waits up to [`pmo_media::SPIN_LIMIT`] are spun (a sleep cannot wake that precisely);
 //! longer ones sleep with the thread's timer slack tightened to 1 µs and
 //! spin the last stretch.
 
@@ -30,7 +30,7 @@ pub const HEADER_LEN: u64 = 4096;
 pub const MAGIC: [u8; 8] = *b"PMOCXLM\x01";
 /// Header layout version.
 pub const VERSION: u32 = 1;
-pub use pmo_store::medium::{charge, SPIN_LIMIT};
+use pmo_media::charge;
 
 const FLAG_RUNNING: u32 = 1;
 /// Header bytes covered by the checksum (the checksum follows them).

@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use pmo_store::crypto::XtsCipher;
+use pmo_crypto::XtsCipher;
 use zeroize::Zeroizing;
 
 use crate::cache::BLOCK;

@@ -2,12 +2,11 @@
 //! by touching the uffd-backed DPA space directly.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use cxl_t3::cache::BLOCK;
 use cxl_t3::expander::{CxlMedium, Expander, ExpanderConfig, ExpanderError};
 use cxl_t3::media::{MediaError, HEADER_LEN};
-use pmo_store::medium::Medium;
+use pmo_media::Medium;
 
 const KEY256: [u8; 64] = [0x3c; 64];
 const KEY128: [u8; 32] = [0xa5; 32];
@@ -379,65 +378,6 @@ fn evictions_under_concurrent_writers_keep_every_byte() {
     let _ = std::fs::remove_file(&path);
 }
 
-#[test]
-fn pmo_store_on_a_keyed_cxl_medium() {
-    use pmo_store::crypto::{UserKey, PAGE};
-    use pmo_store::{Perm, Store, StoreOptions};
-    let name = "cxl-name-marker-7c1d";
-    for keyed in [false, true] {
-        let path = tmp(&format!("store{keyed}"));
-        let size = 16 << 20;
-        let x = Expander::open(&config(path.clone(), size, 64, 8)).unwrap();
-        if keyed {
-            x.set_range_key(1, 0, size, &KEY256).unwrap();
-        }
-        let m: Arc<dyn Medium> = Arc::new(CxlMedium::new(x.clone()));
-        let s = Store::create(
-            m,
-            StoreOptions {
-                slots: Some(16),
-                kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let k = UserKey::new(b"user key").unwrap();
-        s.create_pmo(name, 8 * PAGE as u64, &k).unwrap();
-        let sess = s.attach(name, Perm::Write, &k).unwrap();
-        let mut page = [0u8; PAGE];
-        page[..12].copy_from_slice(b"page payload");
-        sess.psync([(3, &page)]).unwrap();
-        sess.detach().wait().unwrap();
-        drop(s);
-        x.flush().unwrap();
-        let raw = std::fs::read(&path).unwrap();
-        let found = count(&raw, name.as_bytes());
-        if keyed {
-            assert_eq!(found, 0, "the PMO name reached keyed media in plaintext");
-        } else {
-            assert!(found > 0, "control: unkeyed media holds the name");
-        }
-        x.shutdown().unwrap();
-        drop(x);
-        // Reopen the device and the store; the PMO reads back.
-        let x = Expander::open(&config(path.clone(), size, 64, 8)).unwrap();
-        if keyed {
-            x.set_range_key(1, 0, size, &KEY256).unwrap();
-        }
-        let m: Arc<dyn Medium> = Arc::new(CxlMedium::new(x.clone()));
-        let (s, _) = Store::open(m).unwrap();
-        let r = s.attach(name, Perm::Read, &k).unwrap();
-        let mut out = [0u8; PAGE];
-        r.fault(3, &mut out).unwrap();
-        assert_eq!(out, page);
-        drop(r);
-        drop(s);
-        x.shutdown().unwrap();
-        drop(x);
-        let _ = std::fs::remove_file(&path);
-    }
-}
-
 /// Hang guard for tests that wait for another thread's progress: passing
 /// never depends on it, it only turns a stuck thread into a failure.
 const WATCHDOG: std::time::Duration = std::time::Duration::from_secs(120);
@@ -574,65 +514,6 @@ fn writes_racing_evictions_are_not_lost() {
     let _ = std::fs::remove_file(&path);
 }
 
-#[test]
-fn store_extents_are_keyed_through_the_provider() {
-    use cxl_t3::expander::ExtentKeys;
-    use pmo_store::crypto::{UserKey, PAGE};
-    use pmo_store::{Perm, Store, StoreOptions};
-    use zeroize::Zeroizing;
-    let keys_with = |salt: u8| -> Arc<ExtentKeys> {
-        Arc::new(move |slot, _off, _len| Some(Zeroizing::new(vec![slot as u8 ^ salt; 64])))
-    };
-    let keyed = |x: &Expander| (0..16u16).filter_map(|id| x.range_key(id)).count();
-    let path = tmp("extents");
-    let size = 16 << 20;
-    let x = Expander::open(&config(path.clone(), size, 64, 8)).unwrap();
-    let m = CxlMedium::new(x.clone()).with_extent_keys(keys_with(0x5c));
-    let s = Store::create(
-        Arc::new(m),
-        StoreOptions {
-            slots: Some(16),
-            kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let k = UserKey::new(b"user key").unwrap();
-    s.create_pmo("a", 8 * PAGE as u64, &k).unwrap();
-    s.create_pmo("b", 8 * PAGE as u64, &k).unwrap();
-    assert_eq!(keyed(&x), 2);
-    let sess = s.attach("a", Perm::Write, &k).unwrap();
-    let mut page = [0u8; PAGE];
-    page[..7].copy_from_slice(b"payload");
-    sess.psync([(2, &page)]).unwrap();
-    sess.detach().wait().unwrap();
-    s.destroy_pmo("b", &k).unwrap();
-    assert_eq!(keyed(&x), 1, "a destroyed PMO's key is cleared");
-    drop(s);
-    x.shutdown().unwrap();
-    drop(x);
-    // Reopen: the store announces the live extent again and it is re-keyed.
-    for (salt, good) in [(0x5c, true), (0x33, false)] {
-        let x = Expander::open(&config(path.clone(), size, 64, 8)).unwrap();
-        assert_eq!(keyed(&x), 0);
-        let m = CxlMedium::new(x.clone()).with_extent_keys(keys_with(salt));
-        let got = Store::open(Arc::new(m)).ok().and_then(|(s, _)| {
-            let r = s.attach("a", Perm::Read, &k).ok()?;
-            let mut out = [0u8; PAGE];
-            r.fault(2, &mut out).ok()?;
-            Some(out)
-        });
-        if good {
-            assert_eq!(got, Some(page));
-            assert_eq!(keyed(&x), 1);
-        } else {
-            assert_ne!(got, Some(page), "another extent key must not read the PMO");
-        }
-        drop(x);
-    }
-    let _ = std::fs::remove_file(&path);
-}
-
 /// Key changes drain ranges while host threads keep faulting and writing
 /// elsewhere: nothing deadlocks and every write is kept.
 #[test]
@@ -708,6 +589,62 @@ fn persist_covers_its_range_and_a_drop_does_not_flush() {
     let mut b = [0u8; 10];
     x.read(10 * BLOCK + 10, &mut b).unwrap();
     assert_eq!(b, [0u8; 10]);
+    drop(x);
+    let _ = std::fs::remove_file(&path);
+}
+
+/// An extent is keyed for its owner: announced again for the same owner it stays as keyed;
+/// announced for another owner (a later PMO in the same slot and place) it gets that owner's
+/// key and reads the earlier owner's bytes only as ciphertext; `extent_encrypted` holds only
+/// for the owner it is keyed for. A second medium over the same expander knows no owner and
+/// keys afresh (with the same key for the same owner, so the bytes stay readable).
+#[test]
+fn extents_are_keyed_for_their_owner() {
+    use pmo_media::{Extent, ExtentKeys};
+    let path = tmp("owner");
+    let x = Expander::open(&config(path.clone(), 4 << 20, 64, 8)).unwrap();
+    let keyed = || {
+        CxlMedium::new(x.clone()).with_extent_keys(std::sync::Arc::new(|e: &Extent| {
+            Some(zeroize::Zeroizing::new(vec![e.owner[0]; 64]))
+        }))
+    };
+    let m = keyed();
+    let owned = |owner: u8| Extent {
+        slot: 3,
+        off: 1 << 20,
+        len: 1 << 20,
+        owner: [owner; 32],
+    };
+    let data = [0x5au8; 64];
+    let read = |m: &CxlMedium| {
+        let mut b = [0u8; 64];
+        m.read((1 << 20) + 4096, &mut b).unwrap();
+        b
+    };
+    m.extent_in_use(&owned(1)).unwrap();
+    m.write((1 << 20) + 4096, &data).unwrap();
+    m.persist(1 << 20, 1 << 20).unwrap();
+    assert!(m.extent_encrypted(&owned(1)));
+    assert!(!m.extent_encrypted(&owned(2)), "keyed for owner 1 only");
+    m.extent_in_use(&owned(1)).unwrap();
+    assert_eq!(read(&m), data, "announced again: as keyed");
+    m.extent_in_use(&owned(2)).unwrap();
+    assert!(m.extent_encrypted(&owned(2)) && !m.extent_encrypted(&owned(1)));
+    assert_ne!(read(&m), data, "another owner's key reads ciphertext");
+    m.extent_in_use(&owned(1)).unwrap();
+    assert_eq!(read(&m), data);
+    let fresh = keyed();
+    assert!(
+        !fresh.extent_encrypted(&owned(1)),
+        "a new medium knows no owner"
+    );
+    fresh.extent_in_use(&owned(1)).unwrap();
+    assert!(fresh.extent_encrypted(&owned(1)));
+    assert_eq!(read(&fresh), data);
+    fresh.extent_released(3).unwrap();
+    assert!(!fresh.extent_encrypted(&owned(1)));
+    assert_eq!(x.range_key(3), None);
+    drop((m, fresh));
     drop(x);
     let _ = std::fs::remove_file(&path);
 }

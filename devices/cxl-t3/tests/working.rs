@@ -17,7 +17,6 @@ use cxl_t3::cache::BLOCK;
 use cxl_t3::expander::{CxlMedium, ExpanderError};
 use cxl_t3::media::HEADER_LEN;
 use cxl_t3::{WorkingArea, WorkingExtent};
-use pmo_store::medium::Medium;
 
 const P: u64 = BLOCK;
 
@@ -517,20 +516,27 @@ fn extents_follow_the_tables_algorithm() {
 /// that many slots leaves that extent unkeyed instead).
 #[test]
 fn the_store_medium_leaves_working_keys_alone() {
+    use pmo_media::{Extent, ExtentKeys};
     let (x, area, media) = setup("medium", 2, 2);
     let e = area.alloc(4 * P).unwrap();
-    let m = CxlMedium::new(x.clone()).with_extent_keys(Arc::new(|_, _, _| {
+    let m = CxlMedium::new(x.clone()).with_extent_keys(Arc::new(|_: &Extent| {
         Some(zeroize::Zeroizing::new(vec![5u8; 64]))
     }));
     let id = e.range_id();
-    m.extent_in_use(u32::from(id), 0, 4 * P).unwrap();
+    let at = |slot: u32| Extent {
+        slot,
+        off: 0,
+        len: 4 * P,
+        owner: [1; 32],
+    };
+    m.extent_in_use(&at(u32::from(id))).unwrap();
     assert_eq!(x.range_key(id), Some((e.dpa(), e.dpa() + e.len())));
-    assert!(!m.extent_encrypted(u32::from(id), 0, 4 * P));
+    assert!(!m.extent_encrypted(&at(u32::from(id))));
     m.extent_released(u32::from(id)).unwrap();
     assert_eq!(x.range_key(id), Some((e.dpa(), e.dpa() + e.len())));
     // Other slots are keyed as before.
-    m.extent_in_use(1, 0, 4 * P).unwrap();
-    assert!(m.extent_encrypted(1, 0, 4 * P));
+    m.extent_in_use(&at(1)).unwrap();
+    assert!(m.extent_encrypted(&at(1)));
     drop(e);
     drop(m);
     done(x, area, media);

@@ -48,11 +48,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use pmo_crypto::xts::XtsCipher;
+use pmo_crypto::{Suite, UserKey, PAGE};
+use pmo_media::{FileMedium, Medium};
 use pmo_pager::source::SessionSource;
 use pmo_pager::{FillError, PageSource, Pager};
-use pmo_store::crypto::xts::XtsCipher;
-use pmo_store::crypto::{Suite, UserKey, PAGE};
-use pmo_store::medium::{FileMedium, Medium};
 use pmo_store::{CreateOptions, Design, Perm, Store, StoreOptions};
 use uffd::{AnonMap, Uffd};
 
@@ -209,7 +209,7 @@ impl BenchStore {
         let store = Store::create(
             medium,
             StoreOptions {
-                kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
+                kdf: pmo_crypto::KdfParams::INSECURE_FAST,
                 ..StoreOptions::default()
             },
         )

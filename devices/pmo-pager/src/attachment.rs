@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cxl_t3::WorkingArea;
+use pmo_crypto::PAGE;
 use pmo_policies::PredictorSpec;
-use pmo_store::crypto::PAGE;
 use pmo_store::{Design, DetachHandle, Perm, Session, StoreError};
 
 use crate::direct::{DirectCopy, GuestMapper};

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 
 use locked::RwLocked;
-use pmo_store::crypto::PAGE;
+use pmo_crypto::PAGE;
 use pmo_store::{Session, StoreError};
 
 use crate::events::{PageEvent, PageEvents};

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use cxl_t3::expander::ExpanderError;
 use cxl_t3::{WorkingArea, WorkingExtent};
-use pmo_store::crypto::{wipe, PAGE};
+use pmo_crypto::{wipe, PAGE};
 use pmo_store::{Session, StoreError};
 
 /// Errors of a working copy.

@@ -1,29 +1,37 @@
 //! Store benchmarks: page cipher per suite, fault and psync per page, attach/detach vs PMO size.
 //!
 //! The medium is a sparse file on /dev/shm (tmpfs: msync is free), so these figures are the
-//! crypto + copy + metadata cost of the store, not of a disk. Run with `cargo bench -p pmo-virtio`;
-//! select a group with e.g. `cargo bench -p pmo-virtio -- cipher`.
+//! crypto + copy + metadata cost of the store, not of a disk. Run with `cargo bench -p pmo-store`;
+//! select a group with e.g. `cargo bench -p pmo-store -- cipher`. The `paper` suite (the
+//! authors' scheme) comes from the harness's benchmark suites.
 
 // Test code: an unwrap that fails is a failed test.
 #![allow(clippy::unwrap_used)]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use pmo_store::crypto::{KeyParams, PageId, PmoKeys, Suite, UserKey, XtsCipher, PAGE};
-use pmo_store::medium::{FileMedium, Medium};
+use pmo_crypto::{KeyParams, PageId, PmoKeys, Suite, UserKey, XtsCipher, PAGE};
+use pmo_media::{FileMedium, Medium};
 use pmo_store::{CreateOptions, Design, Perm, Store, StoreOptions};
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-const SUITES: [Suite; 3] = [Suite::XtsBlake3, Suite::Paper, Suite::AesGcm];
+const SUITES: [Suite; 3] = [Suite::XtsBlake3, pmo_bench_suites::PAPER, Suite::AesGcm];
 
 fn keys(suite: Suite) -> PmoKeys {
     PmoKeys::derive(
         &UserKey::new(b"bench").unwrap(),
-        KeyParams::generate(suite, pmo_store::crypto::KdfParams::INSECURE_FAST).unwrap(),
+        KeyParams::generate(suite, pmo_crypto::KdfParams::INSECURE_FAST).unwrap(),
+        &pmo_bench_suites::suites(),
     )
     .unwrap()
+}
+
+fn name(suite: Suite) -> &'static str {
+    pmo_bench_suites::suites()
+        .name_of(suite)
+        .unwrap_or("unknown")
 }
 
 fn cipher(c: &mut Criterion) {
@@ -38,12 +46,12 @@ fn cipher(c: &mut Criterion) {
             gen: [1; 16],
         };
         let mut page = [0x5au8; PAGE];
-        g.bench_function(BenchmarkId::new("seal", suite.name()), |b| {
+        g.bench_function(BenchmarkId::new("seal", name(suite)), |b| {
             b.iter(|| black_box(k.seal_page(id, &mut page).unwrap()))
         });
         let mut ct = [0x5au8; PAGE];
         let tag = k.seal_page(id, &mut ct).unwrap();
-        g.bench_function(BenchmarkId::new("open", suite.name()), |b| {
+        g.bench_function(BenchmarkId::new("open", name(suite)), |b| {
             b.iter(|| {
                 let mut p = ct;
                 k.open_page(id, &mut p, &tag).unwrap();
@@ -84,7 +92,8 @@ fn store_with(len: u64, name: &str) -> (Store, PathBuf) {
             m,
             StoreOptions {
                 slots: Some(64),
-                kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
+                kdf: pmo_crypto::KdfParams::INSECURE_FAST,
+                suites: pmo_bench_suites::suites(),
                 ..Default::default()
             },
         )
@@ -134,7 +143,7 @@ fn fault_and_psync(c: &mut Criterion) {
     let mut g = c.benchmark_group("fault");
     g.throughput(Throughput::Elements(1));
     for suite in SUITES {
-        let (s, path) = filled_d_pmo(&format!("fault-{}", suite.name()), suite, npages, &k);
+        let (s, path) = filled_d_pmo(&format!("fault-{}", name(suite)), suite, npages, &k);
         let sess = s.attach("f", Perm::Read, &k).unwrap();
         let mut out = [0u8; PAGE];
         let mut p = 0u64;
@@ -142,7 +151,7 @@ fn fault_and_psync(c: &mut Criterion) {
         for i in 0..npages {
             sess.fault(i, &mut out).unwrap();
         }
-        g.bench_function(BenchmarkId::new("decrypt+verify", suite.name()), |b| {
+        g.bench_function(BenchmarkId::new("decrypt+verify", name(suite)), |b| {
             b.iter(|| {
                 p = (p + 97) % npages;
                 sess.fault(p, &mut out).unwrap();
@@ -158,12 +167,12 @@ fn fault_and_psync(c: &mut Criterion) {
     for dirty in [1u64, 64] {
         g.throughput(Throughput::Elements(dirty));
         for suite in SUITES {
-            let (s, path) = filled_d_pmo(&format!("psync-{}", suite.name()), suite, npages, &k);
+            let (s, path) = filled_d_pmo(&format!("psync-{}", name(suite)), suite, npages, &k);
             let w = s.attach("f", Perm::Write, &k).unwrap();
             let page = [0x17u8; PAGE];
             let mut base = 0u64;
             g.bench_function(
-                BenchmarkId::new(format!("{}-dirty", dirty), suite.name()),
+                BenchmarkId::new(format!("{}-dirty", dirty), name(suite)),
                 |b| {
                     b.iter(|| {
                         base = (base + 131) % (npages - dirty);

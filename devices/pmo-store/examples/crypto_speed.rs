@@ -1,8 +1,9 @@
 //! Page-cipher throughput by *thread CPU time* (CLOCK_THREAD_CPUTIME_ID), so the figure stays
 //! meaningful on a shared, oversubscribed machine where wall-clock benches are inflated by
-//! waiting for a CPU. `cargo run --release -p pmo-virtio --example crypto_speed`.
+//! waiting for a CPU. `cargo run --release -p pmo-store --example crypto_speed` (the `paper` suite, the
+//! authors' scheme, comes from the harness's benchmark suites).
 
-use pmo_store::crypto::{KeyParams, PageId, PmoKeys, Suite, UserKey, XtsCipher, PAGE};
+use pmo_crypto::{KeyParams, PageId, PmoKeys, Suite, UserKey, XtsCipher, PAGE};
 use std::hint::black_box;
 
 fn cpu_ns() -> u128 {
@@ -46,13 +47,15 @@ fn main() {
         }
         report("xts-only (xts-mode crate)", m, cpu_ns() - t);
     }
-    for suite in [Suite::XtsBlake3, Suite::Paper, Suite::AesGcm] {
-        let params = KeyParams::generate(suite, pmo_store::crypto::KdfParams::INSECURE_FAST)
+    let suites = pmo_bench_suites::suites();
+    for suite in [Suite::XtsBlake3, pmo_bench_suites::PAPER, Suite::AesGcm] {
+        let params = KeyParams::generate(suite, pmo_crypto::KdfParams::INSECURE_FAST)
             .unwrap_or_else(|_| unreachable!());
         let key = UserKey::new(b"speed").unwrap_or_else(|_| unreachable!());
-        let k = PmoKeys::derive(&key, params).unwrap_or_else(|_| unreachable!());
+        let k = PmoKeys::derive(&key, params, &suites).unwrap_or_else(|_| unreachable!());
+        let name = suites.name_of(suite).unwrap_or("unknown");
         let t = cpu_ns();
-        let mut tag = [0u8; pmo_store::crypto::TAG_LEN];
+        let mut tag = [0u8; pmo_crypto::TAG_LEN];
         for i in 0..n {
             let id = PageId {
                 uid: 1,
@@ -62,7 +65,7 @@ fn main() {
             };
             tag = k.seal_page(id, black_box(&mut page)).unwrap_or(tag);
         }
-        report(&format!("seal {}", suite.name()), n, cpu_ns() - t);
+        report(&format!("seal {name}"), n, cpu_ns() - t);
         let id = PageId {
             uid: 1,
             page: 0,
@@ -77,6 +80,6 @@ fn main() {
             let _ = k.open_page(id, black_box(&mut p), &tag);
             black_box(p[0]);
         }
-        report(&format!("open {}", suite.name()), n, cpu_ns() - t);
+        report(&format!("open {name}"), n, cpu_ns() - t);
     }
 }

@@ -4,8 +4,8 @@
 //! machine. Prints the median and the quartiles of each, and their ratio.
 //! `cargo run --release -p pmo-virtio --example kdf_attach [-- ROUNDS]`.
 
-use pmo_store::crypto::{KdfParams, UserKey, PAGE};
-use pmo_store::medium::{CrashMedium, Medium};
+use pmo_crypto::{KdfParams, UserKey, PAGE};
+use pmo_media::{CrashMedium, Medium};
 use pmo_store::{CreateOptions, Perm, Store, StoreOptions};
 use std::sync::Arc;
 use std::time::Instant;

@@ -16,8 +16,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use pmo_store::crypto::{KdfParams, Suite, UserKey, PAGE};
-use pmo_store::medium::{FileMedium, Medium};
+use pmo_crypto::{KdfParams, Suite, UserKey, PAGE};
+use pmo_media::{FileMedium, Medium};
 use pmo_store::{CreateOptions, Perm, Store, StoreError, StoreOptions};
 
 const PAGES: u64 = 1024;
@@ -30,7 +30,7 @@ fn main() -> Result<(), StoreError> {
         std::env::temp_dir()
     };
     let dir = base.join(format!("pmo-store-path-cost-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| pmo_store::medium::MediumError::Io {
+    std::fs::create_dir_all(&dir).map_err(|e| pmo_media::MediumError::Io {
         what: "create the scratch directory",
         source: e,
     })?;

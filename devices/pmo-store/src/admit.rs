@@ -27,12 +27,12 @@
 //! from the anchor: the anchor catches up with it.
 
 use crate::anchor::AnchorEntry;
-use crate::crypto::PAGE;
-use crate::medium::Medium;
 use crate::record::{read_slot, Record, SlotContent};
 use crate::superblock::{Superblock, SuperblockError, SLOT_SIZE};
 use crate::tree::TreeLayout;
 use crate::{validate_name, ExtentGeometry, PmoState, StoreError, EXTENT_ALIGN, MAX_PMO_SIZE};
+use pmo_crypto::PAGE;
+use pmo_media::Medium;
 use std::collections::{BTreeMap, HashMap};
 
 /// What one table slot holds, as open reads it.

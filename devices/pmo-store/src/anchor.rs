@@ -209,7 +209,7 @@ impl Anchor {
             });
         }
         let mut secret = Zeroizing::new([0u8; 32]);
-        crate::crypto::random_bytes(&mut secret[..])
+        pmo_crypto::random_bytes(&mut secret[..])
             .map_err(|_| io(std::io::Error::other("random source failed")))?;
         let file = OpenOptions::new()
             .read(true)

@@ -141,8 +141,8 @@ impl Design {
     /// designs need a tag computed apart from the encryption (they defer it), which only
     /// `xts-blake3` has; every other design gets `aes-gcm`, whose tag comes out of the same
     /// pass as the cipher (docs/store.md, "Choice").
-    pub fn default_suite(self) -> crate::crypto::Suite {
-        use crate::crypto::Suite;
+    pub fn default_suite(self) -> pmo_crypto::Suite {
+        use pmo_crypto::Suite;
         if self.needs_range_encryption() {
             Suite::TeeBlake3
         } else if self.defers_checksum() {
@@ -185,7 +185,7 @@ impl std::fmt::Display for Design {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crypto::Suite;
+    use pmo_crypto::Suite;
 
     /// Each design's PMOs get the suite that gives the design its whole behaviour: the
     /// deferred tags of the `id` designs need a tag computed apart from the encryption, the CXL

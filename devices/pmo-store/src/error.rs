@@ -1,8 +1,8 @@
 //! The store's error type.
 
-use crate::crypto::CryptoError;
-use crate::medium::MediumError;
 use crate::{AllocError, AnchorError, JournalError, SuperblockError};
+use pmo_crypto::CryptoError;
+use pmo_media::MediumError;
 
 /// Every way a store operation can fail. Messages are short and never carry key material.
 #[derive(Debug, thiserror::Error)]

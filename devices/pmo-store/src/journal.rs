@@ -7,7 +7,7 @@
 //! one, so a crash at any instant yields exactly the old or the new PMO.
 
 use super::codec::{Dec, Enc};
-use crate::medium::{Medium, MediumError};
+use pmo_media::{Medium, MediumError};
 
 const MAGIC: u64 = 0x4c4e_524a_4f4d_5021; // "!PMOJRNL"
 /// Bytes reserved for the journal header.

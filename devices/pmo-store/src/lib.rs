@@ -1,10 +1,13 @@
 //! The PMO store: encrypted persistent memory objects on a medium.
 //!
-//! Three parts, each its own module: the [`medium`] that persists bytes (a file, or a test
-//! medium that crashes or is killed on cue), the [`crypto`] that protects pages (Argon2id root
-//! key, per-page AES-XTS with keyed tags), and the store proper (this module and its children):
-//! the on-media format, crash-atomic psync, recovery and the designs of the papers. It knows
-//! nothing of virtio or userfaultfd: the PMO device, the CXL expander and the host tools use it.
+//! Three parts: the medium that persists bytes (crate `pmo-media`: a file, or a test medium
+//! that crashes or is killed on cue; with the extent keys of a medium that encrypts PMO extents
+//! itself), the crypto that protects pages (crate `pmo-crypto`: Argon2id root key, per-page
+//! AES-GCM or AES-XTS with keyed tags), and the store proper (this crate): the on-media
+//! format, crash-atomic psync, recovery and the designs of the papers. The ciphers and the
+//! medium live in their own crates because the CXL expander uses them too and must not depend
+//! on the store. It knows nothing of virtio or userfaultfd: the PMO device and the host tools
+//! use it, and it runs on the CXL expander through `pmo-media`'s traits.
 //!
 //! Layout of a medium (all little endian; see docs/store.md):
 //!
@@ -24,11 +27,10 @@ mod admit;
 mod alloc;
 pub mod anchor;
 mod codec;
-pub mod crypto;
 pub mod design;
 mod error;
+mod extents;
 mod journal;
-pub mod medium;
 mod options;
 pub mod record;
 mod recovery;

@@ -1,8 +1,8 @@
 //! What callers choose when they format or open a store, create or attach a PMO, and what
 //! they are told about a PMO.
 
-use crate::crypto::{KdfParams, Suite};
 use crate::{Design, PmoState};
+use pmo_crypto::{ExternalSuites, KdfParams, Suite};
 use std::path::PathBuf;
 
 /// Access mode of an attach session.
@@ -29,6 +29,10 @@ pub struct StoreOptions {
     /// left to the medium's owner (the VMM keeps it for working copies on a CXL expander);
     /// the store's superblock records the length, so later opens keep to it.
     pub len: Option<u64>,
+    /// Page suites of other crates this handle may create, seal and open: the registration
+    /// point of the design-comparison harness's benchmark-only suites. Empty in every product
+    /// program, whose handles then refuse such PMOs.
+    pub suites: ExternalSuites,
 }
 
 impl Default for StoreOptions {
@@ -38,6 +42,7 @@ impl Default for StoreOptions {
             slots: None,
             anchor: None,
             kdf: KdfParams::DEFAULT,
+            suites: ExternalSuites::new(),
         }
     }
 }
@@ -55,6 +60,8 @@ pub struct OpenOptions {
     /// superblock's length is taken as long as it fits the medium (a store on part of an
     /// expander's media, whose rest is the working area).
     pub len: Option<u64>,
+    /// As [`StoreOptions::suites`].
+    pub suites: ExternalSuites,
 }
 
 /// Options for creating a PMO.

@@ -15,8 +15,8 @@ use super::codec::{checksum, Dec, Enc};
 use super::design::Design;
 use super::superblock::{Superblock, SLOT_SIZE};
 use super::StoreError;
-use crate::crypto::{KdfParams, KeyParams, PmoKeys, Suite, PAGE};
-use crate::medium::{Medium, MediumError};
+use pmo_crypto::{KdfParams, KeyParams, PmoKeys, Suite, PAGE};
+use pmo_media::{Medium, MediumError};
 
 const MAGIC: u32 = 0x3352_4d50; // "PMR3"
 /// Bytes of the name field of a record on media.

@@ -22,8 +22,9 @@ use super::{
     journal, Catalog, Holders, LivePmo, LiveRecord, OpenOptions, PmoState, Store, StoreError,
     StoreState, EXTENT_ALIGN,
 };
-use crate::medium::Medium;
+use crate::extents::{self, ExtentKeying};
 use locked::Locked;
+use pmo_media::Backing;
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex};
@@ -72,9 +73,11 @@ pub struct FsckReport {
 }
 
 pub(super) fn open(
-    m: Arc<dyn Medium>,
+    backing: Backing,
     opts: &OpenOptions,
 ) -> Result<(Store, RecoveryReport), StoreError> {
+    let m = backing.medium().clone();
+    let extent_keys = ExtentKeying::new(backing.extent_keys().cloned());
     let sb = Superblock::read(&*m)?;
     if let Some(len) = opts.len.filter(|l| *l != sb.medium_len) {
         return Err(SuperblockError::Length {
@@ -153,7 +156,10 @@ pub(super) fn open(
     by_slot.sort_by_key(|pmo| pmo.slot);
     for pmo in by_slot {
         let c = pmo.lock_rec();
-        m.extent_in_use(pmo.slot, c.rec.ext_off, c.rec.ext_len)?;
+        let r = &c.rec;
+        extent_keys.in_use(&extents::extent(
+            pmo.slot, r.ext_off, r.ext_len, &r.keys, &r.kcv,
+        ))?;
     }
     let counter = commits
         .iter()
@@ -164,6 +170,9 @@ pub(super) fn open(
         .unwrap_or(0);
     let inner = Arc::new(StoreState {
         medium: m,
+        extent_keys,
+        reads_wait: backing.reads_wait(),
+        suites: opts.suites.clone(),
         superblock: sb,
         catalog: Mutex::new(Catalog {
             names: BTreeMap::new(),
@@ -200,7 +209,7 @@ pub(super) fn open(
     {
         let mut cat = inner.lock_catalog();
         for pmo in freed {
-            inner.medium.extent_released(pmo.slot)?;
+            inner.extent_keys.released(pmo.slot)?;
             let c = pmo.lock_rec();
             cat.alloc.release(c.rec.ext_off, c.rec.ext_len);
             cat.free_slots.insert(pmo.slot, (c.rec.seq, c.copy));

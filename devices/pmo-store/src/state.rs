@@ -3,13 +3,14 @@
 
 use crate::alloc::Allocator;
 use crate::anchor::Anchor;
-use crate::crypto::{KdfParams, PmoKeys, PAGE};
-use crate::medium::Medium;
+use crate::extents::ExtentKeying;
 use crate::record::{write_record, Record};
 use crate::superblock::Superblock;
 use crate::tree::TreeLayout;
 use crate::{codec, journal, tree, StoreError};
 use locked::Locked;
+use pmo_crypto::{ExternalSuites, KdfParams, PmoKeys, PAGE};
+use pmo_media::Medium;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -118,6 +119,13 @@ pub(crate) struct Catalog {
 /// is never held while another of these is taken.
 pub(crate) struct StoreState {
     pub medium: Arc<dyn Medium>,
+    /// The medium's PMO extent keys, if it encrypts extents itself.
+    pub extent_keys: ExtentKeying,
+    /// Reads of the medium may wait for modelled device time (a hint the pager schedules by).
+    pub reads_wait: bool,
+    /// Page suites of other crates this handle may seal and open (the harness's benchmark
+    /// suites; none in a product program).
+    pub suites: ExternalSuites,
     pub superblock: Superblock,
     pub catalog: Mutex<Catalog>,
     /// The store-wide commit counter: the highest `commit` of any record.

@@ -2,8 +2,7 @@
 
 use crate::alloc::Allocator;
 use crate::anchor::Anchor;
-use crate::crypto::{KeyParams, PmoKeys, UserKey, PAGE};
-use crate::medium::Medium;
+use crate::extents::{self, ExtentKeying};
 use crate::record::{Record, MAX_NAME};
 use crate::state::{Catalog, ExtentGeometry, Holders, LivePmo, LiveRecord, StoreState};
 use crate::superblock::Superblock;
@@ -14,6 +13,8 @@ use crate::{
     RecoveryReport, Session, StoreError, StoreOptions, EXTENT_ALIGN, MAX_PMO_SIZE,
 };
 use locked::{Locked, Waited};
+use pmo_crypto::{CryptoError, KeyParams, PmoKeys, UserKey, PAGE};
+use pmo_media::{Backing, Medium};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -51,40 +52,43 @@ pub fn validate_size(size: u64) -> Result<u64, StoreError> {
 }
 
 impl Store {
-    /// Formats `medium` as an empty store. The superblock is written last, so a crash during
+    /// Formats `backing` as an empty store. The superblock is written last, so a crash during
     /// formatting leaves no store rather than a half one.
-    pub fn create(medium: Arc<dyn Medium>, opts: StoreOptions) -> Result<Store, StoreError> {
-        Self::create_with_progress(medium, opts, &mut |_, _| {})
+    pub fn create(backing: impl Into<Backing>, opts: StoreOptions) -> Result<Store, StoreError> {
+        Self::create_with_progress(backing, opts, &mut |_, _| {})
     }
 
     /// The store on `medium`: formatted with `opts` when `fresh` (a medium just created, see
     /// `FileMedium::open_or_create`), else opened and recovered under the same anchor and
     /// default key-derivation cost. The recovery report is `None` for a fresh store.
     pub fn open_or_format(
-        medium: Arc<dyn Medium>,
+        backing: impl Into<Backing>,
         fresh: bool,
         opts: StoreOptions,
     ) -> Result<(Store, Option<RecoveryReport>), StoreError> {
         if fresh {
-            return Ok((Self::create(medium, opts)?, None));
+            return Ok((Self::create(backing, opts)?, None));
         }
         let open = OpenOptions {
             anchor: opts.anchor,
             kdf: opts.kdf,
             len: None,
+            suites: opts.suites,
         };
-        let (store, report) = Self::open_with(medium, &open)?;
+        let (store, report) = Self::open_with(backing, &open)?;
         Ok((store, Some(report)))
     }
 
     /// [`Store::create`] reporting (done, total) table bytes scrubbed.
     pub fn create_with_progress(
-        medium: Arc<dyn Medium>,
+        backing: impl Into<Backing>,
         opts: StoreOptions,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Store, StoreError> {
+        let backing = backing.into();
+        let medium = backing.medium().clone();
         let mut uuid = [0u8; 16];
-        crate::crypto::random_bytes(&mut uuid)?;
+        pmo_crypto::random_bytes(&mut uuid)?;
         let len = match opts.len {
             None => medium.len(),
             Some(len) if len <= medium.len() => len,
@@ -118,6 +122,9 @@ impl Store {
         Ok(Store {
             inner: Arc::new(StoreState {
                 medium,
+                extent_keys: ExtentKeying::new(backing.extent_keys().cloned()),
+                reads_wait: backing.reads_wait(),
+                suites: opts.suites,
                 superblock: sb,
                 catalog: Mutex::new(Catalog {
                     names: BTreeMap::new(),
@@ -135,16 +142,16 @@ impl Store {
 
     /// Opens a store and runs recovery. Cost: one pass over the PMO table plus, for each PMO
     /// caught mid-operation, its journal; independent of data size otherwise.
-    pub fn open(medium: Arc<dyn Medium>) -> Result<(Store, RecoveryReport), StoreError> {
-        Self::open_with(medium, &OpenOptions::default())
+    pub fn open(backing: impl Into<Backing>) -> Result<(Store, RecoveryReport), StoreError> {
+        Self::open_with(backing, &OpenOptions::default())
     }
 
-    /// [`Store::open`] with options (a rollback anchor).
+    /// [`Store::open`] with options (a rollback anchor, registered suites).
     pub fn open_with(
-        medium: Arc<dyn Medium>,
+        backing: impl Into<Backing>,
         opts: &OpenOptions,
     ) -> Result<(Store, RecoveryReport), StoreError> {
-        recovery::open(medium, opts)
+        recovery::open(backing.into(), opts)
     }
 
     /// A number that changes whenever a PMO is created or destroyed: a lister's snapshot of
@@ -223,8 +230,12 @@ impl Store {
         let npages = validate_size(size)?;
         let layout = TreeLayout::new(npages);
         let geo = ExtentGeometry::of(npages, &layout);
-        let params = KeyParams::generate(opts.suite(), opts.kdf.unwrap_or(self.inner.default_kdf))?;
-        let keys = PmoKeys::derive(key, params)?;
+        let suite = opts.suite();
+        if !self.inner.suites.can_use(suite) {
+            return Err(CryptoError::SuiteUnavailable(suite.code()).into());
+        }
+        let params = KeyParams::generate(suite, opts.kdf.unwrap_or(self.inner.default_kdf))?;
+        let keys = PmoKeys::derive(key, params, &self.inner.suites)?;
         let mut cat = self.inner.lock_catalog();
         if cat.names.contains_key(name) {
             return Err(StoreError::Exists(name.to_string()));
@@ -247,13 +258,11 @@ impl Store {
                 }));
             }
             // Key the range (on a medium with inline encryption) before anything is written.
-            self.inner.medium.extent_in_use(slot, ext_off, ext_len)?;
-            require_range_encryption(
-                &*self.inner.medium,
-                (name, slot, ext_off, ext_len),
-                opts.design,
-                opts.suite(),
-            )?;
+            let extent = extents::extent(slot, ext_off, ext_len, &params, &keys.key_check_value());
+            self.inner.extent_keys.in_use(&extent)?;
+            self.inner
+                .extent_keys
+                .require_range_encryption(name, &extent, opts.design, suite)?;
             // The free space may hold a destroyed PMO's bytes or a crashed create's: scrub the
             // tree region (a zero tree is the valid empty tree). Primaries and journal area are never
             // read before being written under this PMO's keys.
@@ -311,7 +320,7 @@ impl Store {
             Err(e) => {
                 // A failure after the record write (the anchor) leaves a committed PMO that
                 // the next open will find; this process just does not list it.
-                if let Err(re) = self.inner.medium.extent_released(slot) {
+                if let Err(re) = self.inner.extent_keys.released(slot) {
                     log::warn!("release extent of slot {slot}: {re}");
                 }
                 cat.alloc.release(ext_off, ext_len);
@@ -336,12 +345,16 @@ impl Store {
     }
 
     /// Derives the PMO's keys and checks them in constant time.
-    fn unlock(pmo: &LivePmo, key: &UserKey) -> Result<PmoKeys, StoreError> {
+    fn unlock(
+        pmo: &LivePmo,
+        key: &UserKey,
+        suites: &pmo_crypto::ExternalSuites,
+    ) -> Result<PmoKeys, StoreError> {
         let (params, kcv) = {
             let c = pmo.lock_rec();
             (c.rec.keys, c.rec.kcv)
         };
-        let keys = PmoKeys::derive(key, params)?;
+        let keys = PmoKeys::derive(key, params, suites)?;
         keys.check(&kcv)?;
         Ok(keys)
     }
@@ -358,7 +371,7 @@ impl Store {
     /// Destroys a PMO: checks the key, scrubs its extent, frees its slot.
     pub fn destroy_pmo(&self, name: &str, key: &UserKey) -> Result<(), StoreError> {
         let pmo = self.lookup(name)?;
-        let keys = Self::unlock(&pmo, key)?;
+        let keys = Self::unlock(&pmo, key, &self.inner.suites)?;
         let mut gate = Self::wait_idle(&pmo);
         if gate.gone {
             return Err(StoreError::NotFound(name.to_string()));
@@ -389,7 +402,7 @@ impl Store {
             self.inner.medium.persist(off, len)?;
             cell.rec.state = PmoState::Free;
             self.inner.write_rec(pmo, &mut cell)?;
-            self.inner.medium.extent_released(pmo.slot)?;
+            self.inner.extent_keys.released(pmo.slot)?;
             (off, len, cell.rec.seq, cell.copy)
         };
         // The record lock is released first: the lock order is catalog -> record.
@@ -416,7 +429,7 @@ impl Store {
         design: Option<Design>,
     ) -> Result<Session, StoreError> {
         let pmo = self.lookup(name)?;
-        let keys = Self::unlock(&pmo, key)?;
+        let keys = Self::unlock(&pmo, key, &self.inner.suites)?;
         if let Some(why) = pmo.damaged.locked().clone() {
             return Err(StoreError::Corrupt {
                 name: name.to_string(),
@@ -472,7 +485,7 @@ impl Store {
                 progress(p + 1, n);
             }
         }
-        crate::crypto::wipe(&mut buf);
+        pmo_crypto::wipe(&mut buf);
         s.detach().wait()?;
         Ok(bad)
     }
@@ -485,31 +498,5 @@ impl Store {
     /// [`Store::fsck`] reporting (done, total) PMOs.
     pub fn fsck_with_progress(&self, progress: &mut dyn FnMut(u64, u64)) -> FsckReport {
         recovery::fsck(self, progress)
-    }
-}
-
-/// Refuses a design or suite that leaves encryption to the medium (the CXL designs,
-/// `tee-blake3`) unless the medium encrypts the PMO's extent `(name, slot, offset, length)`
-/// itself: without a range key such pages would reach the media as plaintext.
-pub(crate) fn require_range_encryption(
-    medium: &dyn crate::medium::Medium,
-    (name, slot, off, len): (&str, u32, u64, u64),
-    design: Design,
-    suite: crate::crypto::Suite,
-) -> Result<(), StoreError> {
-    let what = if design.needs_range_encryption() {
-        format!("design {}", design.name())
-    } else if suite.needs_range_encryption() {
-        format!("suite {}", suite.name())
-    } else {
-        return Ok(());
-    };
-    if medium.extent_encrypted(slot, off, len) {
-        Ok(())
-    } else {
-        Err(StoreError::NeedsRangeEncryption {
-            name: name.to_string(),
-            what,
-        })
     }
 }

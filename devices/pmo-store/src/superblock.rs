@@ -2,8 +2,8 @@
 //! checksum, written once at format time; open takes any valid copy.
 
 use super::codec::{checksum, Dec, Enc};
-use crate::medium::{Medium, MediumError};
 use crate::DEFAULT_SLOTS;
+use pmo_media::{Medium, MediumError};
 
 /// Magic at offset 0.
 pub const MAGIC: &[u8; 8] = b"PMOSTOR1";
@@ -237,7 +237,7 @@ impl Superblock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::medium::CrashMedium;
+    use pmo_media::CrashMedium;
 
     fn write_copy(m: &CrashMedium, copy: u64, sb: &Superblock) {
         m.write(copy * SB_SIZE, &sb.encode()).unwrap();

@@ -14,9 +14,9 @@
 //! one already verified in this session ([`TreeCache`]); a psync updates only the groups on the
 //! dirty pages' paths, so it costs O(dirty · log n), not O(PMO size).
 
-use crate::crypto::{KeyGen, Tag};
-use crate::medium::{Medium, MediumError};
 use locked::{Locked, RwLocked};
+use pmo_crypto::{KeyGen, Tag};
+use pmo_media::{Medium, MediumError};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -348,7 +348,7 @@ impl TreeCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::medium::CrashMedium;
+    use pmo_media::CrashMedium;
 
     #[test]
     fn layout_shapes() {

@@ -12,7 +12,7 @@
 
 mod common;
 use common::*;
-use pmo_store::crypto::PAGE;
+use pmo_crypto::PAGE;
 use pmo_store::{Perm, Store, StoreError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

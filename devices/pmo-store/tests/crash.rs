@@ -7,8 +7,8 @@
 
 mod common;
 use common::*;
-use pmo_store::crypto::{Suite, PAGE};
-use pmo_store::medium::{CrashMedium, CrashMode, Medium};
+use pmo_crypto::{Suite, PAGE};
+use pmo_media::{CrashMedium, CrashMode, Medium};
 use pmo_store::{CreateOptions, Design, Perm, PmoState, Store, StoreError};
 use std::sync::Arc;
 

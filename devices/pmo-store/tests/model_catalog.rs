@@ -7,8 +7,8 @@
 
 mod common;
 use common::*;
-use pmo_store::crypto::PAGE;
-use pmo_store::medium::{CrashMedium, CrashMode, Medium};
+use pmo_crypto::PAGE;
+use pmo_media::{CrashMedium, CrashMode, Medium};
 use pmo_store::{Perm, Store, StoreError};
 use proptest::prelude::*;
 use std::collections::BTreeMap;

@@ -6,8 +6,8 @@
 
 mod common;
 use common::*;
-use pmo_store::crypto::{KdfParams, PAGE};
-use pmo_store::medium::{CrashMedium, Medium};
+use pmo_crypto::{KdfParams, PAGE};
+use pmo_media::{CrashMedium, Medium};
 use pmo_store::superblock::SLOT_SIZE;
 use pmo_store::{OpenOptions, Perm, RecoveryReport, Store, StoreError, StoreOptions};
 use std::path::{Path, PathBuf};
@@ -57,6 +57,7 @@ fn open(img: Vec<u8>, anchor: Option<&Path>) -> Result<(Store, RecoveryReport), 
             anchor: anchor.map(Path::to_owned),
             kdf: KdfParams::INSECURE_FAST,
             len: None,
+            ..Default::default()
         },
     )
 }
@@ -339,6 +340,7 @@ fn honest_histories_under_an_anchor_open_clean() {
         anchor: Some(anchor.clone()),
         kdf: KdfParams::INSECURE_FAST,
         len: None,
+        ..Default::default()
     };
     let (s, rep) = Store::open_with(m.clone() as Arc<dyn Medium>, &opts).unwrap();
     assert!(rep.refused.is_empty(), "{rep:?}");

@@ -5,8 +5,8 @@
 
 mod common;
 use common::*;
-use pmo_store::crypto::PAGE;
-use pmo_store::medium::{CrashMedium, FileMedium, Medium, MediumError};
+use pmo_crypto::PAGE;
+use pmo_media::{CrashMedium, FileMedium, Medium, MediumError};
 use pmo_store::{Perm, Store, StoreError, StoreOptions, DEFAULT_SLOTS};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -72,7 +72,7 @@ fn a_full_table_of_65536_pmos() {
     let s = Store::create(
         m,
         StoreOptions {
-            kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
+            kdf: pmo_crypto::KdfParams::INSECURE_FAST,
             ..StoreOptions::default()
         },
     )

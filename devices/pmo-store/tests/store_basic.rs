@@ -7,9 +7,9 @@
 
 mod common;
 use common::*;
-use pmo_store::crypto::Suite;
-use pmo_store::crypto::{UserKey, PAGE};
-use pmo_store::medium::CrashMedium;
+use pmo_crypto::Suite;
+use pmo_crypto::{UserKey, PAGE};
+use pmo_media::CrashMedium;
 use pmo_store::{CreateOptions, Design, Perm, PmoState, StoreError};
 use std::sync::Arc;
 
@@ -37,9 +37,16 @@ fn fresh_with_pmo(
 
 #[test]
 fn create_attach_psync_detach_reopen_every_design_and_suite() {
-    for suite in [Suite::XtsBlake3, Suite::Paper, Suite::AesGcm] {
+    // The benchmark suites too: they run through the store's external-suite path.
+    let suites = [
+        Suite::XtsBlake3,
+        Suite::AesGcm,
+        pmo_bench_suites::PAPER,
+        pmo_bench_suites::NOMAC,
+    ];
+    for suite in suites {
         for design in Design::ON_ANY_MEDIUM {
-            let (m, s) = fresh(MEDIUM);
+            let (m, s) = fresh_bench(MEDIUM);
             let k = key("k1");
             s.create_pmo_with(
                 "obj",
@@ -65,7 +72,7 @@ fn create_attach_psync_detach_reopen_every_design_and_suite() {
             sess.fault(5, &mut out).unwrap();
             assert_eq!(out, p5b, "{design:?} {suite:?}");
             sess.detach().wait().unwrap();
-            let (_m2, s2, rep) = reopen(m.crash_image(pmo_store::medium::CrashMode::DropAll));
+            let (_m2, s2, rep) = reopen_bench(m.crash_image(pmo_media::CrashMode::DropAll));
             assert!(rep.actions.is_empty(), "{rep:?}");
             let r = s2.attach("obj", Perm::Read, &k).unwrap();
             r.fault(1, &mut out).unwrap();
@@ -112,7 +119,7 @@ fn validation_and_typed_errors() {
         4096,
         &k,
         pmo_store::CreateOptions {
-            kdf: Some(pmo_store::crypto::KdfParams::INSECURE_FAST),
+            kdf: Some(pmo_crypto::KdfParams::INSECURE_FAST),
             ..Default::default()
         },
     )
@@ -213,9 +220,15 @@ fn wrong_key_is_uniform_and_reveals_nothing() {
 
 #[test]
 fn at_rest_the_medium_holds_no_plaintext_marker() {
-    for suite in [Suite::XtsBlake3, Suite::AesGcm, Suite::Paper] {
+    let suites = [
+        Suite::XtsBlake3,
+        Suite::AesGcm,
+        pmo_bench_suites::PAPER,
+        pmo_bench_suites::NOMAC,
+    ];
+    for suite in suites {
         for design in Design::ON_ANY_MEDIUM {
-            let (m, s) = fresh(MEDIUM);
+            let (m, s) = fresh_bench(MEDIUM);
             let k = key("KEY-MARKER-0b4c9e");
             s.create_pmo_with(
                 "a",
@@ -335,7 +348,7 @@ fn destroy_reclaims_space_and_name() {
 
 #[test]
 fn id_designs_defer_tags_to_detach_and_recover_after_power_loss() {
-    use pmo_store::medium::CrashMode;
+    use pmo_media::CrashMode;
     for design in [Design::BpId, Design::SpId] {
         let (m, s, k) = fresh_with_pmo("a", 8, design);
         let w = s.attach("a", Perm::Write, &k).unwrap();
@@ -431,7 +444,7 @@ fn bp_reencrypts_exactly_the_pages_its_faults_and_runs_read() {
 
 #[test]
 fn the_store_file_at_rest_holds_no_plaintext_or_key() {
-    use pmo_store::medium::{FileMedium, Medium};
+    use pmo_media::{FileMedium, Medium};
     use pmo_store::Store;
     use std::sync::Arc;
     let path = std::env::temp_dir().join(format!("pmo-atrest-{}", std::process::id()));
@@ -509,7 +522,7 @@ fn faults_race_psync_on_one_session() {
 /// when reopened, and a length past the medium is refused.
 #[test]
 fn a_store_given_part_of_its_medium_keeps_out_of_the_rest() {
-    use pmo_store::medium::Medium;
+    use pmo_media::Medium;
     use pmo_store::{Store, StoreOptions};
     let half = MEDIUM / 2;
     let m = Arc::new(CrashMedium::new(MEDIUM));

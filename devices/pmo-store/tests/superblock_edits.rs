@@ -6,8 +6,8 @@
 
 mod common;
 use common::*;
-use pmo_store::crypto::{KdfParams, PAGE};
-use pmo_store::medium::{CrashMedium, Medium};
+use pmo_crypto::{KdfParams, PAGE};
+use pmo_media::{CrashMedium, Medium};
 use pmo_store::superblock::{Superblock, SB_SIZE};
 use pmo_store::{AnchorError, OpenOptions, Perm, Store, StoreError, StoreOptions, SuperblockError};
 use std::path::{Path, PathBuf};
@@ -83,6 +83,7 @@ fn open_len(img: Vec<u8>, anchor: Option<&Path>, len: Option<u64>) -> Result<Sto
             anchor: anchor.map(Path::to_owned),
             kdf: KdfParams::INSECURE_FAST,
             len,
+            ..Default::default()
         },
     );
     if r.is_err() {

@@ -5,8 +5,8 @@
 
 mod common;
 use common::*;
-use pmo_store::crypto::PAGE;
-use pmo_store::medium::CrashMedium;
+use pmo_crypto::PAGE;
+use pmo_media::CrashMedium;
 use pmo_store::record::{arbitrate, SlotContent};
 use pmo_store::superblock::SLOT_SIZE;
 use pmo_store::{Perm, Store, StoreError};
@@ -262,7 +262,7 @@ fn whole_pmo_rollback_needs_an_external_counter() {
 /// memory (the journal is streamed).
 #[test]
 fn a_tampered_committed_journal_is_refused() {
-    use pmo_store::medium::{CrashMode, Medium};
+    use pmo_media::{CrashMode, Medium};
     use pmo_store::{PmoState, RecoveryAction};
     for edit in ["tree-group-byte", "entry-count"] {
         let (m, s) = fresh(MEDIUM);

@@ -5,8 +5,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use pmo_crypto::UserKey;
 use pmo_pager::{AttachmentStat, Failure, Listed, PmoService};
-use pmo_store::crypto::UserKey;
 use virtio_queue::DescriptorChain;
 use vm_memory::GuestMemory;
 

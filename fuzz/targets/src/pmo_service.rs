@@ -73,7 +73,7 @@ pub fn service_config(dir: &Path) -> PmoConfig {
         // Real Argon2id at its cheapest: the default cost would make each attach 0.2 s.
         store_options: StoreOptions {
             slots: Some(64),
-            kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
+            kdf: pmo_crypto::KdfParams::INSECURE_FAST,
             ..StoreOptions::default()
         },
         dram_budget: None,

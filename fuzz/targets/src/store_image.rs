@@ -23,8 +23,8 @@ use locked::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use pmo_store::crypto::{KdfParams, Suite, UserKey, PAGE};
-use pmo_store::medium::{check_range, CrashMedium, CrashMode, Medium, MediumError};
+use pmo_crypto::{KdfParams, Suite, UserKey, PAGE};
+use pmo_media::{check_range, CrashMedium, CrashMode, Medium, MediumError};
 use pmo_store::record::{Record, MAX_NAME};
 use pmo_store::superblock::{Superblock, SB_SIZE, SLOT_SIZE};
 use pmo_store::tree::{group_hash, TreeLayout, ARITY, LEAF, NODE};
@@ -609,7 +609,8 @@ mod tests {
     #[test]
     fn golden_images_match_the_model_and_the_oracle_bites() {
         let g = golden();
-        let (s, _) = Store::open(Arc::new(g.settled.deep_clone())).unwrap();
+        let (s, _) =
+            Store::open(pmo_media::Backing::new(Arc::new(g.settled.deep_clone()))).unwrap();
         for pmo in &g.pmos {
             let r = s.attach(pmo.name, Perm::Read, &key(pmo.key)).unwrap();
             for p in 0..pmo.npages {
@@ -624,7 +625,8 @@ mod tests {
             }
             r.detach().wait().unwrap();
         }
-        let (s, rep) = Store::open(Arc::new(g.mid_commit.deep_clone())).unwrap();
+        let (s, rep) =
+            Store::open(pmo_media::Backing::new(Arc::new(g.mid_commit.deep_clone()))).unwrap();
         assert_eq!(rep.actions.len(), 1, "{rep:?}");
         let a = &g.pmos[0];
         let r = s.attach("a", Perm::Read, &key(a.key)).unwrap();

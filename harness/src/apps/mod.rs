@@ -26,9 +26,9 @@ use std::time::Instant;
 use filebench::{CheckMode, FileBackend, Fileset, Personality};
 use lmdb_pmo::{Env as Lmdb, StoreBackend};
 use locked::Locked;
+use pmo_crypto::{KdfParams, Suite};
 use pmo_host::{HostConfig, HostError, Measurements, PmoHost, SessionRecord};
 use pmo_pager::PredictionCounts;
-use pmo_store::crypto::{KdfParams, Suite};
 use pmo_store::{Design, StoreError};
 
 use crate::cxl_store::ExpanderModel;

@@ -1,7 +1,7 @@
 //! The designs of the comparison: each a store design plus, for LPMO's `dN` and `adaptive`, a
 //! predictor; the columns of the main matrix and of LPMO's CXL figure; the suite of a cell.
 
-use pmo_store::crypto::Suite;
+use pmo_crypto::Suite;
 use pmo_store::Design;
 
 use super::EngineError;
@@ -73,7 +73,7 @@ pub(crate) fn cell_suite(spec: &DesignSpec, integrity: bool) -> Result<Suite, En
     match (integrity, spec.design.needs_range_encryption()) {
         (true, true) => Ok(spec.design.default_suite()),
         (true, false) => Ok(Suite::XtsBlake3),
-        (false, false) => Ok(Suite::XtsNoMacBench),
+        (false, false) => Ok(pmo_bench_suites::NOMAC),
         (false, true) => Err(EngineError::NoIntegrityOff(spec.label)),
     }
 }

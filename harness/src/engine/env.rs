@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cxl_t3::WorkingArea;
+use pmo_crypto::{UserKey, PAGE};
 use pmo_host::{HostConfig, HostError, PmoHost};
-use pmo_store::crypto::{UserKey, PAGE};
-use pmo_store::medium::{FileMedium, Medium, PmTiming, TimedMedium};
+use pmo_media::{FileMedium, Medium, PmTiming, TimedMedium};
 use pmo_store::{Design, Perm, Store, StoreOptions};
 
 use super::EngineError;
@@ -102,7 +102,8 @@ impl Env {
             medium,
             StoreOptions {
                 slots: Some(slots),
-                kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
+                kdf: pmo_crypto::KdfParams::INSECURE_FAST,
+                suites: pmo_bench_suites::suites(),
                 ..Default::default()
             },
         )?;

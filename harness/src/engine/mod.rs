@@ -23,10 +23,10 @@
 
 use std::time::Instant;
 
+use pmo_crypto::PAGE;
 use pmo_pager::working::WorkingError;
 use pmo_pager::{AttachOptions, Attachment, AttachmentError, Pager, PagerError, WorkingPlace};
 use pmo_policies::PredictorSpec;
-use pmo_store::crypto::PAGE;
 use pmo_store::{CreateOptions, Design, DetachHandle, Perm, StoreError};
 
 use crate::workloads::{PlainMem, Workload, WorkloadError};
@@ -58,7 +58,7 @@ pub enum EngineError {
     Policy(#[from] pmo_policies::PolicyError),
     /// The store file.
     #[error("medium: {0}")]
-    Medium(#[from] pmo_store::medium::MediumError),
+    Medium(#[from] pmo_media::MediumError),
     /// The temporary directory.
     #[error("temp dir: {0}")]
     Io(#[from] std::io::Error),

@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::cxl_store::{expander_store, CxlStoreError, ExpanderModel};
+use pmo_crypto::{UserKey, PAGE};
 use pmo_pager::Pager;
 use pmo_pager::{AttachOptions, Attachment, WorkingPlace};
-use pmo_store::crypto::{UserKey, PAGE};
 use pmo_store::{CreateOptions, Design, Perm, Store};
 
 use access::{Pages, Rng};
@@ -49,7 +49,7 @@ pub enum TieringError {
     Policy(#[from] pmo_policies::TieringError),
     /// A key could not be made.
     #[error("key: {0}")]
-    Key(#[from] pmo_store::crypto::CryptoError),
+    Key(#[from] pmo_crypto::CryptoError),
     /// A scratch file failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),

@@ -24,9 +24,9 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use pmo_crypto::{KdfParams, UserKey, PAGE};
 use pmo_integration::{run_vms, unique_pattern, Env, VmOutcome, VmSpec, VM_TEST_KDF};
-use pmo_store::crypto::{KdfParams, UserKey, PAGE};
-use pmo_store::medium::{FileMedium, Medium};
+use pmo_media::{FileMedium, Medium};
 use pmo_store::superblock::SLOT_SIZE;
 use pmo_store::{Perm, Store, StoreOptions};
 use std::sync::Arc;

@@ -28,8 +28,8 @@ use std::sync::OnceLock;
 
 mod common;
 
+use pmo_crypto::{RangeCipher, Suite};
 use pmo_integration::{run_vms, unique_pattern, Env, VmOutcome, VmSpec};
-use pmo_store::crypto::{RangeCipher, Suite};
 use pmo_store::{Design, PmoInfo};
 use pmovmm::cli::store::{store_fsck, store_ls, CxlAccess, StoreFile};
 

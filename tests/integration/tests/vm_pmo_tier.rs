@@ -16,8 +16,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use pmo_crypto::RangeCipher;
 use pmo_integration::{run_vms, Env, VmOutcome, VmSpec};
-use pmo_store::crypto::RangeCipher;
 use pmovmm::cli::store::{store_fsck, CxlAccess, StoreFile};
 
 const SIZE: u64 = 256 << 20;

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use pmo_store::crypto::{RangeCipher, UserKey};
+use pmo_crypto::{RangeCipher, UserKey};
 use zeroize::Zeroizing;
 
 use store::{CxlAccess, StoreCliError, StoreFile};

@@ -32,10 +32,10 @@ mod devices;
 mod error;
 mod options;
 
+use pmo_crypto::{KdfParams, RangeCipher};
 use pmo_pager::{DramBudget, PmoConfig};
 use pmo_policies::{PlacementPolicy, PredictorSpec};
 use pmo_sandbox::{LandlockMode, Policy, SeccompMode};
-use pmo_store::crypto::{KdfParams, RangeCipher};
 use pmo_store::Design;
 use pmo_store::StoreOptions;
 use sizes::{parse_size, ByteSize};

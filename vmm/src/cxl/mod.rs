@@ -27,8 +27,8 @@ use cxl_t3::WorkingArea;
 use pci::config::{BarKind, ConfigError, PciConfig, PciIds};
 use pci::root_port::RootPort;
 use pci::PciDevice;
-use pmo_store::crypto::{ExtentKeyring, RangeCipher};
-use pmo_store::medium::Medium;
+use pmo_crypto::{ExtentKeyring, RangeCipher};
+use pmo_media::Backing;
 use zeroize::Zeroizing;
 
 use crate::config::{CxlT3Config, PmoOnCxl};
@@ -205,8 +205,8 @@ fn open_expander_with(cfg: &ExpanderConfig) -> Result<Arc<Expander>, CxlError> {
 pub struct PmoStoreMedium {
     /// The expander: the machine flushes it and marks it clean at exit.
     pub expander: Arc<Expander>,
-    /// Its whole DPA space, each PMO extent under its own TEE range key.
-    pub medium: Arc<dyn Medium>,
+    /// Its whole DPA space with its extent keys: each PMO extent under its own TEE range key.
+    pub medium: Backing,
     /// The media held nothing yet: the store is formatted on it.
     pub blank: bool,
 }
@@ -240,7 +240,7 @@ pub fn keyed_store_medium(
         },
     })?;
     let expander = open_expander_with(cfg)?;
-    let medium = Arc::new(CxlMedium::new(expander.clone()).with_keyring(keyring));
+    let medium = Backing::from(CxlMedium::new(expander.clone()).with_keyring(keyring));
     Ok(PmoStoreMedium {
         expander,
         medium,
@@ -638,7 +638,7 @@ mod tests {
         let m = pmo_store_medium(&cfg, &on).unwrap();
         assert!(m.blank);
         let opts = pmo_store::StoreOptions {
-            kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
+            kdf: pmo_crypto::KdfParams::INSECURE_FAST,
             ..Default::default()
         };
         let store = pmo_store::Store::open_or_format(m.medium, m.blank, opts.clone()).unwrap();

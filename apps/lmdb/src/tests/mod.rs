@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use pmo_store::crypto::KdfParams;
+use pmo_crypto::KdfParams;
 use pmo_store::Design;
 
 use crate::{Env, StoreBackend, StoreConfig};

@@ -1,25 +1,28 @@
-//! The PMO store's [`Medium`] over an expander, so a store (PMO designs C,
-//! CL, CF) can live on CXL memory: reads and writes go through the device
-//! cache on the host path, `persist` writes the covered dirty blocks back
-//! to media and `fdatasync`s it.
+//! A [`Medium`] over an expander, so a PMO store (designs C, CL, CF) can
+//! live on CXL memory: reads and writes go through the device cache on the
+//! host path, `persist` writes the covered dirty blocks back to media and
+//! `fdatasync`s it.
 //!
-//! With an [`ExtentKeys`] provider the medium also keys each PMO's extent
-//! as the store announces it (`extent_in_use`): TEE range id = the PMO's
-//! table slot, key = what the provider returns for that extent. The
-//! provider is the PMO service's business (where the key comes from); this
-//! only programs it and clears it at `extent_released`.
+//! With an [`ExtentKeySource`] the medium also keys each PMO's extent as the
+//! store announces it ([`ExtentKeys::extent_in_use`]): TEE range id = the
+//! PMO's table slot, key = what the source returns for that extent. The
+//! source is the PMO service's business (where the key comes from); this
+//! only programs it and clears it at `extent_released`. The store gets both
+//! halves from one [`Backing`] (`Backing::from(cxl_medium)`), so a keyed
+//! medium's keys cannot be left behind.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
-use pmo_store::medium::{check_range, Medium, MediumError};
+use locked::Locked;
+use pmo_media::{check_range, Backing, Extent, ExtentKeys, Medium, MediumError};
 use zeroize::Zeroizing;
 
 use super::{Expander, ExpanderError};
 
-/// Gives the TEE key (32 or 64 bytes) for the extent `[off, off+len)` of
-/// table slot `slot`, offsets relative to the medium; `None` leaves that
-/// extent unkeyed.
-pub type ExtentKeys = dyn Fn(u32, u64, u64) -> Option<Zeroizing<Vec<u8>>> + Send + Sync;
+/// Gives the TEE key (32 or 64 bytes) for a PMO extent (offsets relative to
+/// the medium); `None` leaves that extent unkeyed.
+pub type ExtentKeySource = dyn Fn(&Extent) -> Option<Zeroizing<Vec<u8>>> + Send + Sync;
 
 /// A window `[base, base+len)` of an expander's DPA space as a medium.
 #[derive(Clone)]
@@ -27,7 +30,10 @@ pub struct CxlMedium {
     exp: Arc<Expander>,
     base: u64,
     len: u64,
-    keys: Option<Arc<ExtentKeys>>,
+    keys: Option<Arc<ExtentKeySource>>,
+    /// Range id -> the owner (`Extent::owner`) this medium keyed it for. Shared by clones; a
+    /// new medium over the same expander knows no owner and keys every extent afresh.
+    owners: Arc<Mutex<HashMap<u16, [u8; 32]>>>,
 }
 
 impl std::fmt::Debug for CxlMedium {
@@ -49,6 +55,7 @@ impl CxlMedium {
             base: 0,
             len,
             keys: None,
+            owners: Arc::default(),
         }
     }
 
@@ -60,22 +67,29 @@ impl CxlMedium {
             base,
             len,
             keys: None,
+            owners: Arc::default(),
         })
     }
 
-    /// Keys each PMO extent the store announces with the provider's key
+    /// Keys each PMO extent the store announces with the source's key
     /// (see the module doc). Extents must be 4 KiB aligned in DPA.
-    pub fn with_extent_keys(mut self, keys: Arc<ExtentKeys>) -> Self {
+    pub fn with_extent_keys(mut self, keys: Arc<ExtentKeySource>) -> Self {
         self.keys = Some(keys);
         self
     }
 
     /// Keys each PMO extent with its own key from the PMO service's keyring
     /// (derived from the VMM's master key; nothing stored).
-    pub fn with_keyring(self, keyring: pmo_store::crypto::ExtentKeyring) -> Self {
-        self.with_extent_keys(Arc::new(move |slot, off, len| {
-            Some(keyring.extent_key(slot, off, len))
+    pub fn with_keyring(self, keyring: pmo_crypto::ExtentKeyring) -> Self {
+        self.with_extent_keys(Arc::new(move |e: &Extent| {
+            Some(keyring.extent_key(e.slot, e.off, e.len, &e.owner))
         }))
+    }
+
+    /// True when reads may wait for the media's modelled latency (see
+    /// [`Backing::with_reads_wait`]).
+    pub fn reads_wait(&self) -> bool {
+        !self.exp.media_latency().is_zero()
     }
 
     /// The expander underneath.
@@ -123,11 +137,30 @@ impl Medium for CxlMedium {
             .zero(self.base + off, len)
             .map_err(|e| to_medium("cxl zero", e))
     }
+}
 
-    fn extent_in_use(&self, slot: u32, off: u64, len: u64) -> Result<(), MediumError> {
+/// The store's media on this expander window: its bytes, its extent keys
+/// when it has a key source, and whether reads wait for media latency.
+impl From<CxlMedium> for Backing {
+    fn from(m: CxlMedium) -> Self {
+        let reads_wait = m.reads_wait();
+        let keyed = m.keys.is_some();
+        let m = Arc::new(m);
+        let media = Backing::new(m.clone()).with_reads_wait(reads_wait);
+        if keyed {
+            media.with_extent_keys(m)
+        } else {
+            media
+        }
+    }
+}
+
+impl ExtentKeys for CxlMedium {
+    fn extent_in_use(&self, e: &Extent) -> Result<(), MediumError> {
         let Some(keys) = &self.keys else {
             return Ok(());
         };
+        let (slot, off, len) = (e.slot, e.off, e.len);
         check_range(self.len, off, len)?;
         let id = range_id(slot)?;
         if self.exp.memory.working_id(id) {
@@ -139,35 +172,41 @@ impl Medium for CxlMedium {
             return Ok(());
         }
         let (start, end) = (self.base + off, self.base + off + len);
-        // Announced again at open: already keyed for exactly this extent.
+        // The owners' lock is taken before the expander's key changes, everywhere.
+        let mut owners = self.owners.locked();
+        // Announced again (a reopen): already keyed for exactly this extent and owner. Keyed
+        // for another owner or place (a range left keyed by another medium, whose owner this
+        // one cannot know): cleared and keyed again, so no PMO inherits another's key.
         match self.exp.range_key(id) {
-            Some(r) if r == (start, end) => return Ok(()),
-            Some(_) => self
-                .exp
-                .clear_range_key(id)
-                .map_err(|e| to_medium("cxl clear extent key", e))?,
+            Some(r) if r == (start, end) && owners.get(&id) == Some(&e.owner) => return Ok(()),
+            Some(_) => {
+                owners.remove(&id);
+                self.exp
+                    .clear_range_key(id)
+                    .map_err(|e| to_medium("cxl clear extent key", e))?
+            }
             None => {}
         }
-        let Some(key) = keys(slot, off, len) else {
+        let Some(key) = keys(e) else {
             return Ok(());
         };
         self.exp
             .set_range_key(id, start, end, &key)
-            .map_err(|e| to_medium("cxl key extent", e))
+            .map_err(|e| to_medium("cxl key extent", e))?;
+        owners.insert(id, e.owner);
+        Ok(())
     }
 
-    fn extent_encrypted(&self, slot: u32, off: u64, len: u64) -> bool {
-        let (Ok(id), Some(_)) = (range_id(slot), &self.keys) else {
+    fn extent_encrypted(&self, e: &Extent) -> bool {
+        let (Ok(id), Some(_)) = (range_id(e.slot), &self.keys) else {
             return false;
         };
-        let Some(end) = off.checked_add(len).filter(|e| *e <= self.len) else {
+        let Some(end) = e.off.checked_add(e.len).filter(|end| *end <= self.len) else {
             return false;
         };
-        self.exp.range_key(id) == Some((self.base + off, self.base + end))
-    }
-
-    fn reads_wait(&self) -> bool {
-        !self.exp.media_latency().is_zero()
+        let owners = self.owners.locked();
+        owners.get(&id) == Some(&e.owner)
+            && self.exp.range_key(id) == Some((self.base + e.off, self.base + end))
     }
 
     fn extent_released(&self, slot: u32) -> Result<(), MediumError> {
@@ -175,9 +214,11 @@ impl Medium for CxlMedium {
             return Ok(());
         }
         let id = range_id(slot)?;
+        let mut owners = self.owners.locked();
         if self.exp.range_key(id).is_none() || self.exp.memory.working_id(id) {
             return Ok(());
         }
+        owners.remove(&id);
         self.exp
             .clear_range_key(id)
             .map_err(|e| to_medium("cxl clear extent key", e))

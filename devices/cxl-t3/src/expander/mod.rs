@@ -58,7 +58,7 @@ mod medium;
 mod tracking;
 mod working;
 
-pub use medium::{CxlMedium, ExtentKeys};
+pub use medium::{CxlMedium, ExtentKeySource};
 pub use working::{WorkingArea, WorkingExtent};
 
 use locked::{Locked, RwLocked};
@@ -68,7 +68,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
-use pmo_store::crypto::wipe;
+use pmo_crypto::wipe;
 use uffd::{AnonMap, Fault, FaultHandler, FaultServer, Install, Uffd, Watch};
 
 use crate::cache::{CacheError, CacheModel, CacheStats, BLOCK, DEFAULT_WAYS};

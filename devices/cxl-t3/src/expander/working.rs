@@ -36,7 +36,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use pmo_store::crypto::random_bytes;
+use pmo_crypto::random_bytes;
 use zeroize::Zeroizing;
 
 use super::tracking::Tracker;

@@ -1,6 +1,6 @@
 use super::*;
-use pmo_store::crypto::{KdfParams, UserKey};
-use pmo_store::medium::FileMedium;
+use pmo_crypto::{KdfParams, UserKey};
+use pmo_media::FileMedium;
 use pmo_store::{Store, StoreOptions};
 
 struct Dir(std::path::PathBuf);

@@ -14,7 +14,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use pmo_store::crypto::{random_bytes, CryptoError, PAGE};
+use pmo_crypto::{random_bytes, CryptoError, PAGE};
 use zeroize::Zeroizing;
 
 /// Fingerprints of the store's content, two words per page; all zero means unknown.

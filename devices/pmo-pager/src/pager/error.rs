@@ -43,7 +43,7 @@ pub enum PagerError {
     Budget(String),
     /// No key for the slice's page fingerprints could be drawn.
     #[error("page fingerprint key: {0}")]
-    Key(pmo_store::crypto::CryptoError),
+    Key(pmo_crypto::CryptoError),
 }
 
 /// Why a page could not be filled.

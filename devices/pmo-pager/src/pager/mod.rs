@@ -34,8 +34,8 @@ use locked::Locked;
 use std::sync::{Arc, OnceLock};
 use threads::ThreadKind;
 
+use pmo_crypto::PAGE;
 use pmo_policies::{Placement, Predictor};
-use pmo_store::crypto::PAGE;
 use uffd::FaultServer;
 pub use uffd::{Fault, FaultHandler, Install, Uffd};
 
@@ -121,7 +121,7 @@ impl Pager {
     /// What one page moved into or out of the CXL expander's device memory costs from now
     /// on: installs into and psync reads of a working copy on the device (LPMO CF), and
     /// dirty pages demoted to or promoted from device memory under a DRAM budget. 0 (the
-    /// default) charges nothing. The wait is [`pmo_store::medium::charge`]'s, as the
+    /// default) charges nothing. The wait is [`pmo_media::charge`]'s, as the
     /// expander's media latency.
     pub fn set_device_memory_latency(&self, per_page: std::time::Duration) {
         self.window.set_device_latency(per_page);

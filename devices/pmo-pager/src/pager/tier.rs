@@ -16,7 +16,7 @@ use locked::Locked;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use pmo_store::crypto::{random_bytes, XtsCipher, PAGE};
+use pmo_crypto::{random_bytes, XtsCipher, PAGE};
 use uffd::AnonMap;
 use zeroize::Zeroize;
 
@@ -31,13 +31,13 @@ pub enum TierError {
     Map(std::io::Error),
     /// No key could be drawn.
     #[error("device memory key: {0}")]
-    Key(pmo_store::crypto::CryptoError),
+    Key(pmo_crypto::CryptoError),
     /// Every slot is in use.
     #[error("device memory is full ({0} pages)")]
     Full(u64),
     /// The cipher refused a page (cannot happen for whole pages).
     #[error("device memory cipher: {0}")]
-    Cipher(pmo_store::crypto::XtsError),
+    Cipher(pmo_crypto::XtsError),
 }
 
 /// One page held in the device tier; give it back with [`DeviceTier::take`] or

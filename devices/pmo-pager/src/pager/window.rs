@@ -241,6 +241,6 @@ impl Window {
     /// Waits out one device-memory page transfer that began at `start`.
     pub(super) fn charge_device(&self, start: Instant) {
         let ns = self.device_latency_ns.load(Ordering::Relaxed);
-        pmo_store::medium::charge(start, Duration::from_nanos(ns));
+        pmo_media::charge(start, Duration::from_nanos(ns));
     }
 }

@@ -35,8 +35,7 @@ pub struct ServiceCounters {
 impl ServiceCounters {
     /// Bytes the psyncs wrote (pages of 4 KiB).
     pub fn psync_bytes(&self) -> u64 {
-        self.psync_pages
-            .saturating_mul(pmo_store::crypto::PAGE as u64)
+        self.psync_pages.saturating_mul(pmo_crypto::PAGE as u64)
     }
 
     /// Adds one attachment's counts.

@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex};
 
 use cxl_t3::WorkingArea;
 use locked::Locked;
+use pmo_crypto::{UserKey, PAGE};
+use pmo_media::Backing;
 use pmo_policies::PredictorSpec;
-use pmo_store::crypto::{UserKey, PAGE};
-use pmo_store::medium::Medium;
 use pmo_store::{CreateOptions, Design, Perm, Store};
 
 use crate::attachment::{AttachOptions, Attachment, AttachmentStat, WorkingPlace};
@@ -83,17 +83,17 @@ impl PmoService {
         Self::start(cfg, store, kill_hook, events)
     }
 
-    /// The service over a store on `medium` (an expander's media the VMM opened, `cfg.store`
-    /// naming it); formats it first when `blank`.
+    /// The service over a store on `backing` (an expander's media the VMM opened, with its
+    /// extent keys; `cfg.store` naming it); formats it first when `blank`.
     pub fn on_medium(
         cfg: &PmoConfig,
-        medium: Arc<dyn Medium>,
+        backing: Backing,
         blank: bool,
         events: Arc<dyn PageEvents>,
     ) -> Result<Arc<Self>, ServiceError> {
         let (store, kill_hook) = open_store_on(
             &cfg.store,
-            medium,
+            backing,
             blank,
             cfg.store_options.clone(),
             cfg.test_kill_in_psync,

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use pmo_store::medium::{FileMedium, KillInPsync, Medium, MediumError};
+use pmo_media::{Backing, FileMedium, KillInPsync, Medium, MediumError};
 use pmo_store::{Store, StoreError, StoreOptions};
 
 use crate::pager::PagerError;
@@ -57,7 +57,7 @@ pub(crate) fn open_file_store(
         })?;
     // A store file spans its file: a superblock that says another length was edited.
     let len = Some(file.len());
-    let opened = open_store_on(path, Arc::new(file), fresh, opts, kill_at, len);
+    let opened = open_store_on(path, Arc::new(file).into(), fresh, opts, kill_at, len);
     if opened.is_err() && fresh {
         // Leave nothing behind that a later run would take for a damaged store.
         let _ = std::fs::remove_file(path);
@@ -65,25 +65,28 @@ pub(crate) fn open_file_store(
     opened
 }
 
-/// Opens the store on `medium`, formatting it first when `blank`; `label` (the file or the
+/// Opens the store on `backing`, formatting it first when `blank`; `label` (the file or the
 /// media behind it) names it in errors and logs; `len` is the store's length when the caller
 /// knows it (a store file), checked against the superblock. PMOs the store refused at open
 /// (a damaged, duplicated or stale record: docs/store.md, "Admission") are logged at warn,
 /// one line each, as are commits the rollback anchor had missed.
 pub(crate) fn open_store_on(
     label: &Path,
-    medium: Arc<dyn Medium>,
+    backing: Backing,
     blank: bool,
     opts: StoreOptions,
     kill_at: Option<u64>,
     len: Option<u64>,
 ) -> Result<(Store, KillHook), ServiceError> {
-    let (m, hook): (Arc<dyn Medium>, KillHook) = match kill_at {
-        Some(n) => {
-            let k = Arc::new(KillInPsync::new(medium, n));
-            (k.clone(), Some(k))
-        }
-        None => (medium, None),
+    let mut hook: KillHook = None;
+    let m = match kill_at {
+        // Only the bytes go through the hook; the extent keys stay as they are.
+        Some(n) => backing.map_medium(|m| {
+            let k = Arc::new(KillInPsync::new(m, n));
+            hook = Some(k.clone());
+            k
+        }),
+        None => backing,
     };
     let err = |source| ServiceError::Store {
         path: label.to_owned(),
@@ -96,6 +99,7 @@ pub(crate) fn open_store_on(
         anchor: opts.anchor,
         kdf: opts.kdf,
         len,
+        suites: opts.suites,
     };
     let (store, report) = Store::open_with(m, &open).map_err(err)?;
     log_report(label, &report);

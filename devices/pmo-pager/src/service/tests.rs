@@ -1,6 +1,6 @@
 use super::*;
 use crate::events::PageEvent;
-use pmo_store::crypto::KdfParams;
+use pmo_crypto::KdfParams;
 
 struct Dir(std::path::PathBuf);
 impl Drop for Dir {

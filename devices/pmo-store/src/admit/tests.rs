@@ -2,8 +2,8 @@
 //! `tests/moved_records.rs`).
 
 use super::*;
-use crate::crypto::{KdfParams, KeyParams, Suite};
 use crate::Design;
+use pmo_crypto::{KdfParams, KeyParams, Suite};
 
 fn rec(name: &str, commit: u64, state: PmoState, ext: u64) -> Box<Record> {
     Box::new(Record {

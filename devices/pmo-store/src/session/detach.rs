@@ -1,9 +1,9 @@
 //! A session's detach: the design's detach work, the journal scrub, the final state.
 
 use super::Attachment;
-use crate::crypto::{wipe, PAGE};
 use crate::{Perm, PmoState, StoreError};
 use locked::{Locked, RwLocked};
+use pmo_crypto::{wipe, PAGE};
 
 impl Attachment {
     /// Detach work of the design, then the shadow scrub.

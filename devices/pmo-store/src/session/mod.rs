@@ -5,9 +5,9 @@ mod psync;
 
 use super::tree::{GroupCursor, TreeCache};
 use super::{Design, LivePmo, Perm, PmoState, StoreError, StoreState};
-use crate::crypto::wipe;
-use crate::crypto::{CipherCache, KeyGen, PageId, PmoKeys, PAGE};
 use locked::{Locked, RwLocked};
+use pmo_crypto::wipe;
+use pmo_crypto::{CipherCache, KeyGen, PageId, PmoKeys, PAGE};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -137,12 +137,15 @@ impl Session {
         }
         let root = r.root;
         let design = design.unwrap_or(r.design);
-        crate::store::require_range_encryption(
-            &*store.medium,
-            (&pmo.name, pmo.slot, r.ext_off, r.ext_len),
-            design,
-            r.keys.suite,
-        )?;
+        // A suite of another crate (the harness's benchmark suites) opens only where it was
+        // registered; the record MAC above already held, so this is a genuine PMO of it.
+        if !keys.suite_available() {
+            return Err(pmo_crypto::CryptoError::SuiteUnavailable(r.keys.suite.code()).into());
+        }
+        let extent = crate::extents::extent(pmo.slot, r.ext_off, r.ext_len, &r.keys, &r.kcv);
+        store
+            .extent_keys
+            .require_range_encryption(&pmo.name, &extent, design, r.keys.suite)?;
         let defers_tags = design.defers_checksum() && keys.tags_separable();
         let mut attachment = Attachment {
             store,
@@ -227,10 +230,10 @@ impl Session {
         self.attachment().pmo.npages
     }
 
-    /// True when reading a page may wait for modelled media time
-    /// ([`crate::medium::Medium::reads_wait`]).
+    /// True when reading a page may wait for modelled media time: the hint the store's
+    /// media came with ([`pmo_media::Backing::reads_wait`]), for the pager's scheduling.
     pub fn reads_wait(&self) -> bool {
-        self.attachment().store.medium.reads_wait()
+        self.attachment().store.reads_wait
     }
 
     /// The design this session runs.

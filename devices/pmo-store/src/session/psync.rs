@@ -2,11 +2,11 @@
 //! tags of the `id` designs.
 
 use super::{integrity, next_epoch, Attachment};
-use crate::crypto::{wipe, PageId, PAGE, TAG_LEN};
 use crate::journal::{self, JournalWriter};
 use crate::tree::{Leaf, TreeUpdate};
 use crate::{PmoState, StoreError};
 use locked::{Locked, RwLocked};
+use pmo_crypto::{wipe, PageId, PAGE, TAG_LEN};
 use std::collections::BTreeMap;
 
 impl Attachment {

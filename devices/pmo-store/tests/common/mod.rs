@@ -1,6 +1,6 @@
 #![allow(dead_code)]
-use pmo_store::crypto::{UserKey, PAGE};
-use pmo_store::medium::{CrashMedium, Medium};
+use pmo_crypto::{UserKey, PAGE};
+use pmo_media::{CrashMedium, Medium};
 use pmo_store::{Store, StoreOptions};
 use std::sync::Arc;
 
@@ -15,7 +15,7 @@ pub fn key(s: &str) -> UserKey {
 pub fn fast_options(slots: u32) -> StoreOptions {
     StoreOptions {
         slots: Some(slots),
-        kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
+        kdf: pmo_crypto::KdfParams::INSECURE_FAST,
         ..Default::default()
     }
 }
@@ -29,6 +29,29 @@ pub fn fresh(len: u64) -> (Arc<CrashMedium>, Store) {
 pub fn reopen(img: Vec<u8>) -> (Arc<CrashMedium>, Store, pmo_store::RecoveryReport) {
     let m = Arc::new(CrashMedium::from_image(img));
     let (s, r) = Store::open(m.clone() as Arc<dyn Medium>).unwrap();
+    (m, s, r)
+}
+
+/// [`fresh`] on a handle that also has the harness's benchmark suites (`paper`, no-MAC), as
+/// the design-comparison harness opens its stores.
+pub fn fresh_bench(len: u64) -> (Arc<CrashMedium>, Store) {
+    let m = Arc::new(CrashMedium::new(len));
+    let opts = StoreOptions {
+        suites: pmo_bench_suites::suites(),
+        ..fast_options(16)
+    };
+    let s = Store::create(m.clone(), opts).unwrap();
+    (m, s)
+}
+
+/// [`reopen`] on a handle that also has the harness's benchmark suites.
+pub fn reopen_bench(img: Vec<u8>) -> (Arc<CrashMedium>, Store, pmo_store::RecoveryReport) {
+    let m = Arc::new(CrashMedium::from_image(img));
+    let opts = pmo_store::OpenOptions {
+        suites: pmo_bench_suites::suites(),
+        ..Default::default()
+    };
+    let (s, r) = Store::open_with(m.clone(), &opts).unwrap();
     (m, s, r)
 }
 

@@ -19,9 +19,9 @@ use vm_memory::GuestMemoryMmap;
 use crate::proto;
 use crate::serve::serve_chain;
 use events::EventSink;
+use pmo_crypto::PAGE;
+use pmo_media::Backing;
 use pmo_pager::{PmoConfig, PmoService, ServiceError};
-use pmo_store::crypto::PAGE;
-use pmo_store::medium::Medium;
 use shm::ShmGuestMapper;
 
 const QUEUE_SIZE: u16 = 128;
@@ -71,15 +71,16 @@ impl PmoDevice {
         Ok(Self::serving(service, events))
     }
 
-    /// The device over a store on a medium the VMM opened (a PMO store on a CXL expander's
-    /// media, `cfg.store` naming that media); formats it first when `blank`.
+    /// The device over a store on media the VMM opened (a PMO store on a CXL expander's
+    /// media with its extent keys, `cfg.store` naming that media); formats it first when
+    /// `blank`.
     pub fn with_medium(
         cfg: &PmoConfig,
-        medium: Arc<dyn Medium>,
+        backing: Backing,
         blank: bool,
     ) -> Result<Self, DeviceError> {
         let events = Arc::new(EventSink::new().map_err(DeviceError::EventFd)?);
-        let service = PmoService::on_medium(cfg, medium, blank, events.clone())?;
+        let service = PmoService::on_medium(cfg, backing, blank, events.clone())?;
         Ok(Self::serving(service, events))
     }
 

@@ -61,7 +61,7 @@ fn service_with(dir: &Path, predictor: PredictorSpec) -> Result<PmoDevice, Devic
 /// A default-sized store whose PMOs use the cheapest Argon2id cost.
 fn fast_store() -> StoreOptions {
     StoreOptions {
-        kdf: pmo_store::crypto::KdfParams::INSECURE_FAST,
+        kdf: pmo_crypto::KdfParams::INSECURE_FAST,
         ..StoreOptions::default()
     }
 }
@@ -545,7 +545,7 @@ fn detach_all_waits_for_detaches_the_guest_asked_for() {
     // that work short.
     let d = tmp("bgdetach");
     let s = service(&d.0);
-    let key = pmo_store::crypto::UserKey::new(b"k1").unwrap();
+    let key = pmo_crypto::UserKey::new(b"k1").unwrap();
     let opts = pmo_store::CreateOptions {
         design: Design::SpId,
         ..Default::default()

@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 use cxl_t3::media::{Media, MediaError, HEADER_LEN};
-use pmo_store::crypto::{KdfParams, Suite, UserKey};
-use pmo_store::medium::{FileMedium, Medium, MediumError, Part};
+use pmo_crypto::{KdfParams, Suite, UserKey};
+use pmo_media::{FileMedium, Medium, MediumError, Part};
 use pmo_store::record::{read_slot, SlotContent};
 use pmo_store::superblock::Superblock;
 use pmo_store::{CreateOptions, Design, FsckReport, PmoInfo, Store, StoreError, StoreOptions};
@@ -42,7 +42,7 @@ pub enum StoreCliError {
     #[error("unknown design {0:?} (wedi, bp-ip, bp-id, sp-ip, sp-id, d, cl, c, cf)")]
     BadDesign(String),
     /// Unknown suite name.
-    #[error("unknown suite {0:?} (xts-blake3, paper, aes-gcm, tee-blake3)")]
+    #[error("unknown suite {0:?} (xts-blake3, aes-gcm, tee-blake3)")]
     BadSuite(String),
     /// Unknown range cipher name.
     #[error("unknown cipher {0:?} (xts-256, xts-128)")]
@@ -135,9 +135,10 @@ pub enum StoreCommand {
         /// expander also cl, c and cf (LPMO's CXL designs).
         #[arg(long, default_value = "d")]
         design: String,
-        /// Page cipher and tag: xts-blake3, paper, aes-gcm; tee-blake3 (no software cipher,
-        /// the expander's range key encrypts) only on an expander [default: tee-blake3 for
-        /// designs cl, c and cf, xts-blake3 for bp-id and sp-id, else aes-gcm].
+        /// Page cipher and tag: xts-blake3, aes-gcm; tee-blake3 (no software cipher, the
+        /// expander's range key encrypts) only on an expander [default: tee-blake3 for designs
+        /// cl, c and cf, xts-blake3 for bp-id and sp-id, else aes-gcm]. The benchmark suites
+        /// the design comparison compares with are not offered here.
         #[arg(long)]
         suite: Option<String>,
         /// Argon2id cost of the key derivation: m=SIZE,t=PASSES,p=LANES or fast
@@ -358,7 +359,7 @@ pub fn store_ls(f: StoreFile<'_>, out: &mut dyn Write) -> Result<Vec<PmoInfo>, S
             p.name,
             p.size,
             p.state.name(),
-            p.suite.name(),
+            p.suite.to_string(),
             p.design.name(),
             p.epoch
         )?;
@@ -433,7 +434,7 @@ pub fn store_inspect(path: &Path, out: &mut dyn Write) -> Result<Inspection, Sto
                     rec.ext_off,
                     rec.ext_len,
                     rec.epoch,
-                    rec.keys.suite.name(),
+                    rec.keys.suite,
                     rec.design.name()
                 )?;
                 records.push((
@@ -509,7 +510,7 @@ pub fn store_verify(
         .list()
         .iter()
         .find(|p| p.name == name)
-        .map_or(0, |p| p.size / pmo_store::crypto::PAGE as u64);
+        .map_or(0, |p| p.size / pmo_crypto::PAGE as u64);
     open.close()?;
     // Runs of failed pages, one line each: a wrong key fails them all.
     let mut i = 0;

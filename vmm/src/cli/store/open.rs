@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use cxl_t3::expander::{Expander, ExpanderConfig};
 use cxl_t3::media::{Media, MediaError};
-use pmo_store::crypto::RangeCipher;
-use pmo_store::medium::{FileMedium, Medium};
+use pmo_crypto::RangeCipher;
+use pmo_media::{Backing, FileMedium};
 use pmo_store::{OpenOptions, RecoveryReport, Store};
 
 use super::StoreCliError;
@@ -85,9 +85,9 @@ impl<'a> StoreFile<'a> {
                 })
             }
             _ => {
-                let (medium, blank): (Arc<dyn Medium>, bool) = match create_size {
-                    Some(len) => (Arc::new(FileMedium::create(self.path, len)?), true),
-                    None => (Arc::new(FileMedium::open(self.path)?), false),
+                let (medium, blank): (Backing, bool) = match create_size {
+                    Some(len) => (Arc::new(FileMedium::create(self.path, len)?).into(), true),
+                    None => (Arc::new(FileMedium::open(self.path)?).into(), false),
                 };
                 Ok(StoreMedium {
                     medium,
@@ -101,7 +101,7 @@ impl<'a> StoreFile<'a> {
 
 /// What a store is opened on.
 pub(super) struct StoreMedium {
-    pub(super) medium: Arc<dyn Medium>,
+    pub(super) medium: Backing,
     /// The expander whose media holds the store, if it is on one.
     pub(super) expander: Option<OpenExpander>,
     /// Nothing is on the medium yet: it may be formatted.
@@ -158,7 +158,7 @@ pub(super) fn open_store(f: StoreFile<'_>) -> Result<(OpenStore, RecoveryReport)
         anchor: f.anchor.map(Path::to_path_buf),
         // A store file spans its file: a superblock that says otherwise was edited. On
         // expander media the store may leave the rest to design c's working area.
-        len: m.expander.is_none().then(|| m.medium.len()),
+        len: m.expander.is_none().then(|| m.medium.medium().len()),
         ..OpenOptions::default()
     };
     let (store, rep) = Store::open_with(m.medium, &opts)?;

@@ -1,6 +1,6 @@
 use super::*;
 use cxl_t3::expander::{Expander, ExpanderConfig};
-use pmo_store::crypto::RangeCipher;
+use pmo_crypto::RangeCipher;
 
 #[test]
 fn a_small_store_gets_a_table_that_fits_or_is_told_the_smallest_size() {
@@ -49,7 +49,7 @@ fn cli_flow_on_a_sparse_file() {
         16 << 20,
         &key,
         CreateOptions {
-            kdf: Some(pmo_store::crypto::KdfParams::INSECURE_FAST),
+            kdf: Some(pmo_crypto::KdfParams::INSECURE_FAST),
             ..CreateOptions::default()
         },
         &mut out,
@@ -68,7 +68,7 @@ fn cli_flow_on_a_sparse_file() {
         let (open, _) = open_store(sf).unwrap();
         let s = &open.store;
         let w = s.attach("db", pmo_store::Perm::Write, &key).unwrap();
-        w.psync([(0u64, &[9u8; pmo_store::crypto::PAGE])]).unwrap();
+        w.psync([(0u64, &[9u8; pmo_crypto::PAGE])]).unwrap();
         w.detach().wait().unwrap();
         let off = s.list()[0].extent.0 + 100;
         let mut b = [0u8; 1];
@@ -158,7 +158,7 @@ fn cli_flow_on_expander_media() {
                 .store
                 .attach(name, pmo_store::Perm::Write, &key)
                 .unwrap();
-            let mut page = [0u8; pmo_store::crypto::PAGE];
+            let mut page = [0u8; pmo_crypto::PAGE];
             page[..marker.len()].copy_from_slice(&marker);
             w.psync([(3u64, &page)]).unwrap();
             w.detach().wait().unwrap();
@@ -245,7 +245,7 @@ fn the_host_tools_name_a_refused_pmo_and_refuse_an_edited_store_length() {
     let (mut out, mut err) = (Vec::new(), Vec::new());
     store_create(sf, Some(64 << 20), Some(16), &mut out, &mut err).unwrap();
     let fast = CreateOptions {
-        kdf: Some(pmo_store::crypto::KdfParams::INSECURE_FAST),
+        kdf: Some(pmo_crypto::KdfParams::INSECURE_FAST),
         ..CreateOptions::default()
     };
     pmo_create(sf, "db", 1 << 20, &key, fast, &mut out).unwrap();
@@ -292,4 +292,17 @@ fn the_host_tools_name_a_refused_pmo_and_refuse_an_edited_store_length() {
         "{e}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+/// No product tool creates a suite documented as weak: `mkpmo --suite` knows the built-in
+/// suites only, not the comparison harness's `paper` or no-MAC suites.
+#[test]
+fn mkpmo_refuses_the_benchmark_suites() {
+    for ok in ["xts-blake3", "aes-gcm", "tee-blake3"] {
+        assert_eq!(parse_suite(ok).unwrap().name(), ok);
+    }
+    for weak in ["paper", "xts-nomac-bench", "external"] {
+        let e = parse_suite(weak).unwrap_err().to_string();
+        assert!(e.contains("unknown suite"), "{weak}: {e}");
+        assert!(!e.contains("paper,"), "{e}");
+    }
 }

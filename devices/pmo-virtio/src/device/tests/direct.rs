@@ -74,8 +74,8 @@ fn rig_on(dir: &Path, blank: bool) -> Rig {
     xcfg.cache_bytes = 1 << 20; // smaller than a PMO below: blocks are evicted and refilled
     xcfg.media_latency_ns = 0;
     let x = Expander::open(&xcfg).unwrap();
-    let keyring = pmo_store::crypto::ExtentKeyring::new(&[0x5a; 32]).unwrap();
-    let medium: Arc<dyn Medium> = Arc::new(CxlMedium::new(x.clone()).with_keyring(keyring));
+    let keyring = pmo_crypto::ExtentKeyring::new(&[0x5a; 32]).unwrap();
+    let medium = pmo_media::Backing::from(CxlMedium::new(x.clone()).with_keyring(keyring));
     let cfg = PmoConfig {
         store: media,
         store_size: None,

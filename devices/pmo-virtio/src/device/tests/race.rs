@@ -486,8 +486,8 @@ fn hostile_guest_races_switches_to_cxl_designs_on_an_expander_store() {
     xcfg.cache_bytes = 1 << 20;
     xcfg.media_latency_ns = 0;
     let x = Expander::open(&xcfg).unwrap();
-    let keyring = pmo_store::crypto::ExtentKeyring::new(&[0x4d; 32]).unwrap();
-    let medium: Arc<dyn Medium> = Arc::new(CxlMedium::new(x.clone()).with_keyring(keyring));
+    let keyring = pmo_crypto::ExtentKeyring::new(&[0x4d; 32]).unwrap();
+    let medium = pmo_media::Backing::from(CxlMedium::new(x.clone()).with_keyring(keyring));
     let s = PmoDevice::with_medium(&race_config(&d.0), medium, true)
         .unwrap()
         .service()
@@ -555,8 +555,8 @@ fn hostile_guest_races_design_c_attachments_mapped_from_the_expander() {
     xcfg.cache_bytes = 1 << 20;
     xcfg.media_latency_ns = 0;
     let x = Expander::open(&xcfg).unwrap();
-    let keyring = pmo_store::crypto::ExtentKeyring::new(&[0x4e; 32]).unwrap();
-    let medium: Arc<dyn Medium> = Arc::new(CxlMedium::new(x.clone()).with_keyring(keyring));
+    let keyring = pmo_crypto::ExtentKeyring::new(&[0x4e; 32]).unwrap();
+    let medium = pmo_media::Backing::from(CxlMedium::new(x.clone()).with_keyring(keyring));
     let mut cfg = race_config(&d.0);
     cfg.store_options.len = Some(size - area);
     let mut dev = PmoDevice::with_medium(&cfg, medium, true).unwrap();

@@ -1,17 +1,27 @@
-//! The persistent byte range under the store.
+//! The persistent byte range under the PMO store, apart from the store.
 //!
 //! A [`Medium`] is written with ordinary stores and made durable only by [`Medium::persist`], an
 //! ordered durability point: when it returns, every write inside the range issued before it is
 //! durable. The store never relies on anything else, so a crash-injecting medium
 //! ([`CrashMedium`]) can drop every write not covered by a persist and show that recovery copes.
+//!
+//! The store and the CXL expander both use this crate (the expander's `CxlMedium` is a
+//! [`Medium`], its media charge their latency with [`charge`]); neither depends on the other.
+//! What a medium offers beyond bytes has its own traits and travels beside it in [`Backing`]:
+//! the keys of PMO extents on a medium that encrypts them inline ([`ExtentKeys`]), and whether
+//! its reads wait for modelled device time (a scheduling hint for the pager).
 
+mod backing;
 mod crash;
+mod extent;
 mod file;
 mod kill;
 mod part;
 mod timing;
 
+pub use backing::Backing;
 pub use crash::{CrashMedium, CrashMode};
+pub use extent::{Extent, ExtentKeys};
 pub use file::{FileMedium, Persistence};
 pub use kill::KillInPsync;
 pub use part::Part;
@@ -91,27 +101,6 @@ pub trait Medium: Send + Sync {
     fn zero_in_place(&self, off: u64, len: u64) -> Result<(), MediumError> {
         self.zero(off, len)
     }
-    /// The store is about to use `[off, off+len)` as the extent of the PMO in table slot `slot`
-    /// (creating it, or found at open before recovery touches it). A medium with inline range
-    /// encryption (the CXL expander's TEE) keys that range for this PMO here; others ignore it.
-    fn extent_in_use(&self, _slot: u32, _off: u64, _len: u64) -> Result<(), MediumError> {
-        Ok(())
-    }
-    /// The extent of slot `slot` was scrubbed and freed: its range key may go.
-    fn extent_released(&self, _slot: u32) -> Result<(), MediumError> {
-        Ok(())
-    }
-    /// True only when the medium itself encrypts every byte of the extent `[off, off+len)` of
-    /// slot `slot` before it reaches persistent media (a keyed TEE range covering exactly that
-    /// extent). A PMO whose pages carry no software cipher (`tee-blake3`) may live only there.
-    fn extent_encrypted(&self, _slot: u32, _off: u64, _len: u64) -> bool {
-        false
-    }
-    /// True when a read may wait for modelled device time (media behind a device cache),
-    /// long enough that a fault thread should let another serve faults meanwhile.
-    fn reads_wait(&self) -> bool {
-        false
-    }
 }
 
 /// Validates an access against the medium length without overflow.
@@ -143,17 +132,5 @@ impl<M: Medium + ?Sized> Medium for std::sync::Arc<M> {
     }
     fn as_ptr(&self) -> Option<*mut u8> {
         (**self).as_ptr()
-    }
-    fn extent_in_use(&self, slot: u32, off: u64, len: u64) -> Result<(), MediumError> {
-        (**self).extent_in_use(slot, off, len)
-    }
-    fn extent_released(&self, slot: u32) -> Result<(), MediumError> {
-        (**self).extent_released(slot)
-    }
-    fn extent_encrypted(&self, slot: u32, off: u64, len: u64) -> bool {
-        (**self).extent_encrypted(slot, off, len)
-    }
-    fn reads_wait(&self) -> bool {
-        (**self).reads_wait()
     }
 }

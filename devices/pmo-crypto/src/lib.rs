@@ -1,4 +1,9 @@
-//! Keys, the page cipher and the page MAC.
+//! The page and range ciphers of PMOs, apart from the store: keys, the page cipher and the
+//! page MAC, and the keys of extents on media that encrypt ranges themselves.
+//!
+//! The PMO store seals and opens pages with [`PmoKeys`]; the CXL expander encrypts its TEE
+//! ranges with [`XtsCipher`] under keys from an [`ExtentKeyring`]. Both use this crate and
+//! neither depends on the other.
 //!
 //! A user key never touches the medium. Per PMO, Argon2id with a random salt and the cost stored
 //! in the PMO record turns it into a root key ([`kdf`]); HKDF expands that into the key-check
@@ -6,7 +11,7 @@
 //! key and the page cipher key, from which each writing session's cipher is expanded
 //! ([`page_keys`]). All derived secrets are zeroized on drop and no type here prints them.
 //!
-//! Suites:
+//! Suites ([`Suite`]):
 //! - [`Suite::AesGcm`] (the default of `d`, `wedi` and the `ip` designs): AES-256-GCM (ring)
 //!   under the writing session's key, nonce = (page, version), AAD = (uid, page, version,
 //!   generation). One pass encrypts and authenticates.
@@ -14,29 +19,31 @@
 //!   encryption): AES-XTS-256 with a tweak made of (page index, page version, PMO uid) under the
 //!   writing session's key, and a keyed BLAKE3 tag (128 bits) over (PMO uid, page, version,
 //!   generation, ciphertext).
-//! - [`Suite::Paper`]: what the authors' kernel does: AES-XTS-256 with one per-PMO tweak for every
-//!   page and an unkeyed SHA-256 of the ciphertext. Kept only so benches and tests can compare.
 //! - [`Suite::TeeBlake3`]: no software cipher: the PMO's extent lies in a TEE range of the CXL
 //!   expander, whose AES-XTS range key encrypts it on its way to the media (LPMO's CXL designs,
 //!   seed 000 section 5.2); the CPU checks integrity with the same keyed BLAKE3 tag as
 //!   `xts-blake3`, over the plaintext. The store refuses it on any extent the medium does not
-//!   encrypt ([`crate::medium::Medium::extent_encrypted`]), at create and at every attach.
-//! - `XtsNoMacBench`: **benchmark only, no page integrity**, compiled only with the
-//!   `bench-nomac` feature, which only the design-comparison harness enables: `xts-blake3`'s
-//!   encryption with an all-zero tag that is never checked. A product build cannot decode it
-//!   from a store file.
+//!   encrypt (the medium's `ExtentKeys::extent_encrypted`), at create and at every attach.
+//! - [`Suite::External`]: a suite this crate does not implement, known by its on-media code;
+//!   only a store handle given its implementation ([`ExternalSuite`], [`ExternalSuites`]) seals
+//!   or opens its pages. The design-comparison harness's benchmark-only suites are such (the
+//!   authors' `paper` scheme and `xts-nomac-bench`, which has no page integrity): they live in
+//!   a crate only the harness links, so no product program contains them.
 
 pub mod extent;
+pub mod external;
 pub mod kdf;
 pub mod page_keys;
+mod suite;
 pub mod xts;
 
-use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
 pub use extent::{ExtentKeyring, RangeCipher};
+pub use external::{ExternalCipher, ExternalSuite, ExternalSuites};
 pub use kdf::KdfParams;
 pub use page_keys::{CipherCache, KeyGen, KeyParams, PageId, PmoKeys};
+pub use suite::Suite;
 pub use xts::{XtsCipher, XtsError};
 
 /// Size of a PMO page.
@@ -65,6 +72,12 @@ pub enum CryptoError {
     /// Unknown suite number or name.
     #[error("unknown crypto suite {0}")]
     UnknownSuite(String),
+    /// A suite of another crate ([`Suite::External`]) that this store handle was not given.
+    #[error("crypto suite {0} is not available here (no implementation was registered)")]
+    SuiteUnavailable(u8),
+    /// Registering an external suite under a code that is taken (built in, zero, or twice).
+    #[error("crypto suite code {0} is taken")]
+    SuiteCodeTaken(u8),
     /// The AEAD library refused a key or an operation.
     #[error("aead failure")]
     Aead,
@@ -80,84 +93,6 @@ pub enum CryptoError {
     /// XTS length error.
     #[error(transparent)]
     Xts(#[from] XtsError),
-}
-
-/// Which page cipher and tag a PMO uses; fixed at create time, stored in the PMO record and
-/// bound under its record MAC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Suite {
-    /// AES-XTS-256 with per-(page, version) tweak + keyed BLAKE3 MAC. The default of the
-    /// designs that defer tags (its tag is computed apart from the encryption).
-    XtsBlake3,
-    /// The authors' scheme: one XTS tweak per PMO + unkeyed SHA-256. For comparison only.
-    Paper,
-    /// AES-256-GCM with a (page, version) nonce. The default of every design that does not
-    /// defer tags: one pass encrypts and authenticates.
-    AesGcm,
-    /// No page cipher (the medium's TEE range key encrypts the extent) + keyed BLAKE3 MAC.
-    /// Only on range-encrypted extents.
-    TeeBlake3,
-    /// Benchmark only: XTS encryption as `XtsBlake3` but no page MAC (all-zero tags, never
-    /// checked), to measure the designs "without integrity". Offers no tamper detection.
-    #[cfg(feature = "bench-nomac")]
-    XtsNoMacBench,
-}
-
-impl Suite {
-    /// Every suite this build knows.
-    pub const ALL: &'static [Suite] = &[
-        Suite::XtsBlake3,
-        Suite::Paper,
-        Suite::AesGcm,
-        Suite::TeeBlake3,
-        #[cfg(feature = "bench-nomac")]
-        Suite::XtsNoMacBench,
-    ];
-
-    /// Stable on-media number.
-    pub fn code(self) -> u8 {
-        match self {
-            Suite::XtsBlake3 => 1,
-            Suite::Paper => 2,
-            Suite::AesGcm => 3,
-            #[cfg(feature = "bench-nomac")]
-            Suite::XtsNoMacBench => 4,
-            Suite::TeeBlake3 => 5,
-        }
-    }
-    /// Parses the on-media number. Code 4 (the no-MAC benchmark suite) is unknown unless this
-    /// build has the `bench-nomac` feature.
-    pub fn from_code(c: u8) -> Result<Self, CryptoError> {
-        Self::ALL
-            .iter()
-            .copied()
-            .find(|s| s.code() == c)
-            .ok_or_else(|| CryptoError::UnknownSuite(c.to_string()))
-    }
-    /// Name used on the command line and in docs.
-    pub fn name(self) -> &'static str {
-        match self {
-            Suite::XtsBlake3 => "xts-blake3",
-            Suite::Paper => "paper",
-            Suite::AesGcm => "aes-gcm",
-            Suite::TeeBlake3 => "tee-blake3",
-            #[cfg(feature = "bench-nomac")]
-            Suite::XtsNoMacBench => "xts-nomac-bench",
-        }
-    }
-    /// True when pages are stored as plaintext for the medium to encrypt: such a PMO may only
-    /// live on an extent the medium encrypts itself.
-    pub fn needs_range_encryption(self) -> bool {
-        self == Suite::TeeBlake3
-    }
-    /// Parses a command-line name.
-    pub fn from_name(s: &str) -> Result<Self, CryptoError> {
-        Self::ALL
-            .iter()
-            .copied()
-            .find(|x| x.name() == s)
-            .ok_or_else(|| CryptoError::UnknownSuite(s.chars().take(40).collect()))
-    }
 }
 
 /// A user key as handed in by the guest. Zeroized on drop; `Debug` prints nothing of it.
@@ -209,33 +144,9 @@ pub fn wipe(buf: &mut [u8]) {
     std::hint::black_box(buf);
 }
 
-/// Unkeyed SHA-256 of a page, as the authors' implementation stores it (for the weakness tests).
-pub fn paper_checksum(ct: &[u8]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(ct);
-    h.finalize().into()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn suite_codes_and_names_round_trip() {
-        for s in Suite::ALL {
-            assert_eq!(Suite::from_code(s.code()), Ok(*s));
-            assert_eq!(Suite::from_name(s.name()), Ok(*s));
-        }
-    }
-
-    /// A store file cannot select the no-MAC benchmark suite in a product build.
-    #[cfg(not(feature = "bench-nomac"))]
-    #[test]
-    fn the_nomac_bench_suite_does_not_exist_in_a_product_build() {
-        assert!(Suite::from_code(4).is_err());
-        assert!(Suite::from_name("xts-nomac-bench").is_err());
-        assert!(!Suite::ALL.iter().any(|s| s.code() == 4));
-    }
 
     #[test]
     fn empty_key_is_rejected() {

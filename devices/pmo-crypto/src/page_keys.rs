@@ -14,12 +14,19 @@
 //! grows). So one (key, page, version) never seals two plaintexts, even when the record or the
 //! whole store was rolled back to an older copy and its epoch counter with it: the new session's
 //! key is fresh. Readers derive the key of each generation they meet once and cache it.
+//!
+//! **External suites** ([`Suite::External`], see [`crate::external`]) get a key of their own,
+//! `HKDF(root, "external suite" || code)`, and build each generation's cipher from it; the
+//! generation cache and the tag check stay here.
 
-use super::xts::XtsCipher;
-use super::{kdf, wipe, CryptoError, KdfParams, Suite, Tag, UserKey, PAGE, TAG_LEN};
+use crate::xts::XtsCipher;
+use crate::{
+    kdf, wipe, CryptoError, ExternalCipher, ExternalSuite, ExternalSuites, KdfParams, Suite, Tag,
+    UserKey, PAGE, TAG_LEN,
+};
 use hkdf::Hkdf;
 use locked::RwLocked;
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use subtle::ConstantTimeEq;
@@ -49,7 +56,8 @@ pub struct PageId {
 pub struct KeyParams {
     /// Argon2id salt.
     pub salt: [u8; 32],
-    /// The paper suite's single per-PMO tweak (ignored by other suites).
+    /// A random per-PMO IV no built-in suite uses: the paper suite's single tweak (an
+    /// external suite's business; the field keeps its name and place on media).
     pub paper_iv: [u8; 16],
     /// Suite.
     pub suite: Suite,
@@ -66,9 +74,9 @@ impl KeyParams {
         let mut salt = [0u8; 32];
         let mut iv = [0u8; 16];
         let mut uid = [0u8; 8];
-        super::random_bytes(&mut salt)?;
-        super::random_bytes(&mut iv)?;
-        super::random_bytes(&mut uid)?;
+        crate::random_bytes(&mut salt)?;
+        crate::random_bytes(&mut iv)?;
+        crate::random_bytes(&mut uid)?;
         Ok(Self {
             salt,
             paper_iv: iv,
@@ -86,6 +94,8 @@ enum PageCipher {
     Gcm(ring::aead::LessSafeKey),
     /// `tee-blake3`: pages leave in plaintext for the medium's range key; only the tag.
     RangeKeyed,
+    /// A registered external suite's.
+    External(Box<dyn ExternalCipher>),
 }
 
 /// The cipher a run of page operations used last: pages of one run mostly share a
@@ -94,8 +104,8 @@ enum PageCipher {
 #[derive(Default)]
 pub struct CipherCache<'k>(Option<(KeyGen, Held<'k>)>);
 
-/// A cipher of [`PmoKeys`]: borrowed when it is one that never leaves them (the paper
-/// suite's, the first generation's), so using it writes to no shared reference count.
+/// A cipher of [`PmoKeys`]: borrowed when it is one that never leaves them (the first
+/// generation's), so using it writes to no shared reference count.
 enum Held<'k> {
     Borrowed(&'k PageCipher),
     Shared(Arc<PageCipher>),
@@ -116,6 +126,9 @@ impl std::fmt::Debug for CipherCache<'_> {
     }
 }
 
+/// A registered external suite and the PMO's key for it (its own, see [`crate::external`]).
+type Registered = (Arc<dyn ExternalSuite>, Zeroizing<[u8; 32]>);
+
 /// All keys of one PMO, derived from a user key. Secrets zeroize on drop; nothing here prints
 /// them.
 pub struct PmoKeys {
@@ -124,8 +137,8 @@ pub struct PmoKeys {
     mac_key: Zeroizing<[u8; 32]>,
     record_key: Zeroizing<[u8; 32]>,
     cipher_key: Zeroizing<[u8; 32]>,
-    /// The paper suite's one cipher for every page and version.
-    paper: Option<Arc<PageCipher>>,
+    /// An external suite's implementation (if registered) and its own key.
+    external: Option<Registered>,
     /// The first generation's cipher, read without a lock: a PMO written by one session has
     /// only that one, and every fault of a reader asks for it.
     first: std::sync::OnceLock<(KeyGen, Arc<PageCipher>)>,
@@ -146,8 +159,14 @@ fn expand(hk: &Hkdf<Sha256>, label: &[u8], out: &mut [u8]) -> Result<(), CryptoE
 
 impl PmoKeys {
     /// Derives every key of a PMO from the user key and its stored parameters: one Argon2id
-    /// run (see [`kdf`]), then HKDF.
-    pub fn derive(user: &UserKey, params: KeyParams) -> Result<Self, CryptoError> {
+    /// run (see [`kdf`]), then HKDF. An external suite's pages need its implementation in
+    /// `suites`; without it the key check and the record MAC still work (so an edited record
+    /// is refused as such), and page operations fail with [`CryptoError::SuiteUnavailable`].
+    pub fn derive(
+        user: &UserKey,
+        params: KeyParams,
+        suites: &ExternalSuites,
+    ) -> Result<Self, CryptoError> {
         let root = kdf::root_key(user, &params.salt, params.kdf)?;
         let hk = Hkdf::<Sha256>::new(Some(b"pmovmm v2 pmo"), &root[..]);
         let mut kcv = [0u8; 32];
@@ -158,11 +177,11 @@ impl PmoKeys {
         expand(&hk, b"page mac", &mut mac_key[..])?;
         expand(&hk, b"record mac", &mut record_key[..])?;
         expand(&hk, b"page cipher", &mut cipher_key[..])?;
-        let paper = match params.suite {
-            Suite::Paper => {
-                let mut k = Zeroizing::new([0u8; 64]);
-                expand(&hk, b"paper xts", &mut k[..])?;
-                Some(Arc::new(PageCipher::Xts(XtsCipher::new(&k))))
+        let external = match (params.suite, suites.get(params.suite)) {
+            (Suite::External(code), Some(suite)) => {
+                let mut k = Zeroizing::new([0u8; 32]);
+                expand(&hk, &[&b"external suite"[..], &[code]].concat(), &mut k[..])?;
+                Some((suite.clone(), k))
             }
             _ => None,
         };
@@ -172,7 +191,7 @@ impl PmoKeys {
             mac_key,
             record_key,
             cipher_key,
-            paper,
+            external,
             first: std::sync::OnceLock::new(),
             ciphers: RwLock::new(HashMap::new()),
         })
@@ -181,7 +200,7 @@ impl PmoKeys {
     /// A fresh generation for a session that will seal pages.
     pub fn new_generation() -> Result<KeyGen, CryptoError> {
         let mut g = [0u8; 16];
-        super::random_bytes(&mut g)?;
+        crate::random_bytes(&mut g)?;
         Ok(g)
     }
 
@@ -204,6 +223,12 @@ impl PmoKeys {
         &self.params
     }
 
+    /// True when pages can be sealed and opened: a built-in suite, or an external one whose
+    /// implementation was registered.
+    pub fn suite_available(&self) -> bool {
+        !matches!(self.params.suite, Suite::External(_)) || self.external.is_some()
+    }
+
     /// MAC over the canonical bytes of a record's bound fields (see `store::record`).
     pub fn record_mac(&self, bound: &[u8]) -> [u8; 32] {
         let mut h = blake3::Hasher::new_keyed(&self.record_key);
@@ -219,9 +244,6 @@ impl PmoKeys {
 
     /// The cipher a page version was (or will be) sealed under.
     fn cipher(&self, gen: &KeyGen) -> Result<Arc<PageCipher>, CryptoError> {
-        if let Some(p) = &self.paper {
-            return Ok(p.clone());
-        }
         if let Some((g, c)) = self.first.get() {
             if g == gen {
                 return Ok(c.clone());
@@ -243,10 +265,17 @@ impl PmoKeys {
                     .map_err(|_| CryptoError::Aead)?;
                 PageCipher::Gcm(ring::aead::LessSafeKey::new(unbound))
             }
-            _ => {
+            Suite::XtsBlake3 => {
                 let mut k = Zeroizing::new([0u8; 64]);
                 expand(&hk, &info, &mut k[..])?;
                 PageCipher::Xts(XtsCipher::new(&k))
+            }
+            Suite::External(code) => {
+                let (suite, key) = self
+                    .external
+                    .as_ref()
+                    .ok_or(CryptoError::SuiteUnavailable(code))?;
+                PageCipher::External(suite.cipher(key, &self.params, gen)?)
             }
         };
         let c = Arc::new(c);
@@ -263,26 +292,18 @@ impl PmoKeys {
 
     /// [`PmoKeys::cipher`], borrowed where it can be (see [`Held`]).
     fn held(&self, gen: &KeyGen) -> Result<Held<'_>, CryptoError> {
-        if let Some(p) = &self.paper {
-            return Ok(Held::Borrowed(p));
-        }
         match self.first.get() {
             Some((g, c)) if g == gen => Ok(Held::Borrowed(c)),
             _ => self.cipher(gen).map(Held::Shared),
         }
     }
 
-    fn tweak(&self, id: &PageId) -> [u8; 16] {
-        match self.params.suite {
-            Suite::Paper => self.params.paper_iv,
-            _ => {
-                let mut t = [0u8; 16];
-                t[..4].copy_from_slice(&id.page.to_le_bytes());
-                t[4..12].copy_from_slice(&id.version.to_le_bytes());
-                t[12..].copy_from_slice(&(id.uid as u32).to_le_bytes());
-                t
-            }
-        }
+    fn tweak(id: &PageId) -> [u8; 16] {
+        let mut t = [0u8; 16];
+        t[..4].copy_from_slice(&id.page.to_le_bytes());
+        t[4..12].copy_from_slice(&id.version.to_le_bytes());
+        t[12..].copy_from_slice(&(id.uid as u32).to_le_bytes());
+        t
     }
 
     fn binding(id: &PageId) -> [u8; 36] {
@@ -294,33 +315,22 @@ impl PmoKeys {
         b
     }
 
-    /// Tag of a ciphertext page (XTS suites; GCM tags come out of `seal_page`).
+    /// Keyed BLAKE3 tag of a page as stored (`xts-blake3`, `tee-blake3`; GCM tags come out
+    /// of `seal_page`, an external suite's out of its cipher).
     fn mac(&self, id: &PageId, ct: &[u8; PAGE]) -> Tag {
         let mut tag = [0u8; TAG_LEN];
-        match self.params.suite {
-            Suite::Paper => {
-                let mut h = Sha256::new();
-                h.update(ct);
-                tag.copy_from_slice(&h.finalize()[..TAG_LEN]);
-            }
-            // No integrity: the stored tag is zero and so is the recomputed one.
-            #[cfg(feature = "bench-nomac")]
-            Suite::XtsNoMacBench => {}
-            _ => {
-                // Ciphertext first: chunk-aligned input lets BLAKE3 hash its four 1 KiB chunks in
-                // parallel SIMD lanes; the fixed-size binding follows.
-                let mut h = blake3::Hasher::new_keyed(&self.mac_key);
-                h.update(ct);
-                h.update(b"page");
-                h.update(&Self::binding(id));
-                tag.copy_from_slice(&h.finalize().as_bytes()[..TAG_LEN]);
-            }
-        }
+        // Ciphertext first: chunk-aligned input lets BLAKE3 hash its four 1 KiB chunks in
+        // parallel SIMD lanes; the fixed-size binding follows.
+        let mut h = blake3::Hasher::new_keyed(&self.mac_key);
+        h.update(ct);
+        h.update(b"page");
+        h.update(&Self::binding(id));
+        tag.copy_from_slice(&h.finalize().as_bytes()[..TAG_LEN]);
         tag
     }
 
-    /// True when tags can be computed from ciphertext alone (not GCM), so an `id` design may
-    /// defer them.
+    /// True when tags can be computed from ciphertext alone (not GCM; external suites tag
+    /// ciphertext too), so an `id` design may defer them.
     pub fn tags_separable(&self) -> bool {
         self.params.suite != Suite::AesGcm
     }
@@ -328,18 +338,22 @@ impl PmoKeys {
     /// Encrypts a page in place without computing its tag (XTS suites; `id` designs).
     pub fn encrypt_page(&self, id: PageId, data: &mut [u8; PAGE]) -> Result<(), CryptoError> {
         match self.held(&id.gen)?.get() {
-            PageCipher::Xts(x) => Ok(x.encrypt(self.tweak(&id), data)?),
+            PageCipher::Xts(x) => Ok(x.encrypt(Self::tweak(&id), data)?),
             PageCipher::RangeKeyed => Ok(()),
+            PageCipher::External(x) => x.encrypt(&id, data),
             PageCipher::Gcm(_) => Err(CryptoError::Aead),
         }
     }
 
-    /// The tag of a ciphertext page (XTS suites).
+    /// The tag of a ciphertext page (every suite but GCM).
     pub fn tag_page(&self, id: PageId, ct: &[u8; PAGE]) -> Result<Tag, CryptoError> {
-        if self.tags_separable() {
-            Ok(self.mac(&id, ct))
-        } else {
-            Err(CryptoError::Aead)
+        match self.params.suite {
+            Suite::AesGcm => Err(CryptoError::Aead),
+            Suite::External(_) => match self.held(&id.gen)?.get() {
+                PageCipher::External(x) => Ok(x.tag(&id, ct)),
+                _ => Err(CryptoError::Aead),
+            },
+            _ => Ok(self.mac(&id, ct)),
         }
     }
 
@@ -347,10 +361,14 @@ impl PmoKeys {
     pub fn seal_page(&self, id: PageId, data: &mut [u8; PAGE]) -> Result<Tag, CryptoError> {
         match self.held(&id.gen)?.get() {
             PageCipher::Xts(x) => {
-                x.encrypt(self.tweak(&id), data)?;
+                x.encrypt(Self::tweak(&id), data)?;
                 Ok(self.mac(&id, data))
             }
             PageCipher::RangeKeyed => Ok(self.mac(&id, data)),
+            PageCipher::External(x) => {
+                x.encrypt(&id, data)?;
+                Ok(x.tag(&id, data))
+            }
             PageCipher::Gcm(k) => {
                 let tag = k
                     .seal_in_place_separate_tag(
@@ -405,7 +423,18 @@ impl PmoKeys {
                     wipe(data);
                     return Err(CryptoError::BadTag);
                 }
-                x.decrypt(self.tweak(&id), data)?;
+                x.decrypt(Self::tweak(&id), data)?;
+                Ok(())
+            }
+            PageCipher::External(x) => {
+                if !bool::from(x.tag(&id, data).ct_eq(tag)) {
+                    wipe(data);
+                    return Err(CryptoError::BadTag);
+                }
+                if let Err(e) = x.decrypt(&id, data) {
+                    wipe(data);
+                    return Err(e);
+                }
                 Ok(())
             }
             PageCipher::RangeKeyed => {

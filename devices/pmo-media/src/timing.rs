@@ -101,24 +101,12 @@ impl<M: Medium> Medium for TimedMedium<M> {
         self.inner.zero_in_place(off, len)
     }
     // No `as_ptr`: direct access would bypass the timing model.
-    fn extent_in_use(&self, slot: u32, off: u64, len: u64) -> Result<(), MediumError> {
-        self.inner.extent_in_use(slot, off, len)
-    }
-    fn extent_encrypted(&self, slot: u32, off: u64, len: u64) -> bool {
-        self.inner.extent_encrypted(slot, off, len)
-    }
-    fn reads_wait(&self) -> bool {
-        self.inner.reads_wait()
-    }
-    fn extent_released(&self, slot: u32) -> Result<(), MediumError> {
-        self.inner.extent_released(slot)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::medium::CrashMedium;
+    use crate::CrashMedium;
 
     #[test]
     fn timed_medium_is_transparent_for_data() {

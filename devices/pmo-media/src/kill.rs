@@ -63,16 +63,4 @@ impl<M: Medium> Medium for KillInPsync<M> {
     fn as_ptr(&self) -> Option<*mut u8> {
         self.inner.as_ptr()
     }
-    fn extent_in_use(&self, slot: u32, off: u64, len: u64) -> Result<(), MediumError> {
-        self.inner.extent_in_use(slot, off, len)
-    }
-    fn extent_encrypted(&self, slot: u32, off: u64, len: u64) -> bool {
-        self.inner.extent_encrypted(slot, off, len)
-    }
-    fn reads_wait(&self) -> bool {
-        self.inner.reads_wait()
-    }
-    fn extent_released(&self, slot: u32) -> Result<(), MediumError> {
-        self.inner.extent_released(slot)
-    }
 }

@@ -48,7 +48,7 @@ impl<M: Medium> Medium for Part<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::medium::FileMedium;
+    use crate::FileMedium;
 
     #[test]
     fn a_part_is_offset_and_bounded() {
