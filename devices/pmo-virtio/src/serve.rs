@@ -1,14 +1,16 @@
-//! The glue between the wire and the PMO service: one request read from a descriptor chain,
-//! parsed ([`crate::proto`]), carried out by `pmo-pager`'s [`PmoService`], and its response
-//! written back. A front end that runs its own virtqueues (any VMM on the rust-vmm
-//! `virtio-queue` and `vm-memory` crates) calls [`serve_chain`] for each control-queue chain.
+//! The glue between the wire and the PMO service: one request parsed ([`crate::proto`]),
+//! carried out by `pmo-pager`'s [`PmoService`], and its response encoded ([`respond`]); the
+//! device's configuration space ([`device_config`]).
+//!
+//! A front end hands [`respond`] the bytes of a control-queue chain's readable part and writes
+//! what it returns into the writable part. [`serve_chain`] does exactly that for chains of the
+//! rust-vmm `virtio-queue` 0.18 / `vm-memory` 0.18 crates (pmovmm); a VMM on other versions of
+//! them (Cloud Hypervisor v53 is on 0.17) moves the bytes with its own chain types.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use pmo_crypto::UserKey;
+use pmo_crypto::{UserKey, PAGE};
 use pmo_pager::{AttachmentStat, Failure, Listed, PmoService};
-use virtio_queue::DescriptorChain;
-use vm_memory::GuestMemory;
 
 use crate::proto::{self, Request, Status};
 
@@ -130,12 +132,42 @@ fn stat_response(a: &AttachmentStat) -> proto::StatResponse {
     }
 }
 
+/// The device configuration space (docs/virtio-pmo.md) of a device whose range (the window
+/// and, after it, design `c`'s working area) is `range_len` bytes.
+pub fn device_config(range_len: u64) -> Vec<u8> {
+    proto::DeviceConfig {
+        version: u32::from(proto::VERSION),
+        page_size: PAGE as u32,
+        window_size: range_len,
+        max_name_len: proto::MAX_NAME_LEN as u32,
+        max_key_len: proto::KEY_FIELD as u32,
+        max_pmo_size: pmo_store::MAX_PMO_SIZE,
+    }
+    .encode()
+    .to_vec()
+}
+
+/// The response to one request as the guest sent it (at most [`proto::MAX_REQUEST_LEN`] bytes
+/// are looked at): status header and payload, to be written into the chain's writable part
+/// as far as it has room.
+pub fn respond(service: &PmoService, request: &[u8]) -> Vec<u8> {
+    let (status, payload) = match proto::parse(request) {
+        Ok(r) => {
+            log::debug!("virtio-pmo: {}", r.op_name());
+            execute(service, r)
+        }
+        Err(s) => (s, Vec::new()),
+    };
+    proto::response(status, &payload)
+}
+
 /// Reads the request part of a control-queue chain, serves it and writes the response part;
 /// returns the bytes written (what the used ring reports).
-pub fn serve_chain<M>(service: &PmoService, chain: DescriptorChain<M>) -> u32
+#[cfg(feature = "device")]
+pub fn serve_chain<M>(service: &PmoService, chain: virtio_queue::DescriptorChain<M>) -> u32
 where
     M: std::ops::Deref + Clone,
-    M::Target: GuestMemory + Sized,
+    M::Target: vm_memory::GuestMemory + Sized,
 {
     let mem = chain.memory();
     let (Ok(mut reader), Ok(mut writer)) = (chain.clone().reader(mem), chain.clone().writer(mem))
@@ -145,17 +177,10 @@ where
     };
     let n = reader.available_bytes().min(proto::MAX_REQUEST_LEN);
     let mut req = zeroize::Zeroizing::new(vec![0u8; n]);
-    let (status, payload) = match std::io::Read::read_exact(&mut reader, &mut req) {
-        Err(_) => (Status::Proto, Vec::new()),
-        Ok(()) => match proto::parse(&req) {
-            Ok(r) => {
-                log::debug!("virtio-pmo: {}", r.op_name());
-                execute(service, r)
-            }
-            Err(s) => (s, Vec::new()),
-        },
+    let resp = match std::io::Read::read_exact(&mut reader, &mut req) {
+        Err(_) => proto::response(Status::Proto, &[]),
+        Ok(()) => respond(service, &req),
     };
-    let resp = proto::response(status, &payload);
     let room = writer.available_bytes();
     let out = &resp[..resp.len().min(room)];
     match std::io::Write::write_all(&mut writer, out) {

@@ -6,7 +6,6 @@
 //! design `c` working copies are mapped through the transport's shared-memory mapper
 //! (`shm.rs`).
 
-use locked::Locked;
 use std::sync::Arc;
 
 use virtio_devices::{
@@ -16,10 +15,9 @@ use virtio_devices::{
 use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
 
+use crate::events::EventSink;
 use crate::proto;
-use crate::serve::serve_chain;
-use events::EventSink;
-use pmo_crypto::PAGE;
+use crate::serve::{device_config, serve_chain};
 use pmo_media::Backing;
 use pmo_pager::{PmoConfig, PmoService, ServiceError};
 use shm::ShmGuestMapper;
@@ -39,20 +37,6 @@ pub enum DeviceError {
     /// The event-queue notifier cannot be made.
     #[error("eventfd: {0}")]
     EventFd(std::io::Error),
-}
-
-/// Device configuration space (docs/virtio-pmo.md).
-fn config_bytes(window_size: u64) -> Vec<u8> {
-    proto::DeviceConfig {
-        version: u32::from(proto::VERSION),
-        page_size: PAGE as u32,
-        window_size,
-        max_name_len: proto::MAX_NAME_LEN as u32,
-        max_key_len: proto::KEY_FIELD as u32,
-        max_pmo_size: pmo_store::MAX_PMO_SIZE,
-    }
-    .encode()
-    .to_vec()
 }
 
 /// The virtio device in front of a [`PmoService`].
@@ -86,7 +70,7 @@ impl PmoDevice {
 
     fn serving(service: Arc<PmoService>, events: Arc<EventSink>) -> Self {
         PmoDevice {
-            config: config_bytes(service.pager().size()),
+            config: device_config(service.pager().size()),
             service,
             events,
             worker: None,
@@ -104,7 +88,7 @@ impl PmoDevice {
     pub fn set_working_area(&mut self, area: Arc<cxl_t3::WorkingArea>) {
         self.service.set_working_area(area);
         let len = self.service.working_area_len();
-        self.config = config_bytes(self.service.pager().size().saturating_add(len));
+        self.config = device_config(self.service.pager().size().saturating_add(len));
     }
 }
 
@@ -144,7 +128,7 @@ impl VirtioDevice for PmoDevice {
             notifies.push((q.index, q.notify));
             queues.push(q.queue);
         }
-        if let Ok(kick) = self.events.kick.try_clone() {
+        if let Ok(kick) = self.events.kick().try_clone() {
             notifies.push((EVENT_KICK, kick));
         }
         let mut it = queues.into_iter();
@@ -216,17 +200,12 @@ impl Handler {
     fn process_events(&mut self) {
         let mem = self.mem.clone();
         let mut used = false;
-        loop {
-            let next = self.events.pending.locked().front().copied();
-            let Some((kind, handle, page)) = next else {
-                break;
-            };
+        while let Some(ev) = self.events.next_event() {
             let Some(chain) = self.event.pop_descriptor_chain(&mem) else {
                 // No buffer: keep the event until the driver adds one.
                 break;
             };
             let head = chain.head_index();
-            let ev = proto::Event { kind, handle, page }.encode();
             let written = match chain.clone().writer(&mem) {
                 Ok(mut w) if w.available_bytes() >= ev.len() => {
                     std::io::Write::write_all(&mut w, &ev).map_or(0, |_| ev.len() as u32)
@@ -236,7 +215,7 @@ impl Handler {
             if self.event.add_used(&mem, head, written).is_err() {
                 return;
             }
-            self.events.pending.locked().pop_front();
+            self.events.pop();
             used = true;
         }
         if used && self.event.needs_notification(&mem).unwrap_or(true) {
@@ -255,7 +234,6 @@ impl QueueHandler for Handler {
     }
 }
 
-mod events;
 mod shm;
 
 #[cfg(test)]

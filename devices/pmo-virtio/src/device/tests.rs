@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::proto::{Request, Status};
+use locked::Locked;
 use pmo_pager::service::open_store;
 use pmo_policies::PredictorSpec;
 use pmo_store::{Design, StoreOptions};
@@ -391,7 +392,7 @@ fn tampered_store(dir: &Path) {
 
 /// The events waiting for the guest: (type, handle, page).
 fn pending_events(s: &PmoDevice) -> Vec<(u32, u64, u64)> {
-    s.events.pending.lock().unwrap().iter().copied().collect()
+    s.events.pending()
 }
 
 /// Serves a vCPU's access to window page `wpage` (a real touch of a refused

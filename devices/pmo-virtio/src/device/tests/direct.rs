@@ -12,7 +12,7 @@ use virtio_devices::{ShmMapError, ShmMapper, ShmMapping};
 const DEVICE: u64 = 64 << 20;
 const AREA: u64 = 8 << 20;
 const WINDOW: u64 = 16 << 20;
-const PAGE_BYTES: u64 = PAGE as u64;
+const PAGE_BYTES: u64 = pmo_crypto::PAGE as u64;
 
 /// (offset in region 0, host address, length, read-only) of each live mapping.
 pub(super) type Maps = Arc<Mutex<Vec<(u64, u64, u64, bool)>>>;
@@ -337,7 +337,7 @@ fn a_working_copy_block_changed_on_the_media_fails_the_attachment() {
         "page 0 was still cached: the edit was never read"
     );
     assert_eq!(r._x.counters().working_integrity_failures, 1);
-    let events: Vec<_> = r.events.pending.locked().iter().copied().collect();
+    let events: Vec<_> = r.events.pending();
     assert!(
         events.contains(&(proto::EVENT_PAGE_BAD, h, 0)),
         "the guest was not told: {events:?}"
