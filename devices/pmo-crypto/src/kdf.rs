@@ -99,9 +99,22 @@ impl Default for KdfParams {
     }
 }
 
+/// The cost in the grammar [`KdfParams::parse`] reads (`m=65536K,t=3,p=1`, or `fast`), so a
+/// configuration that stores it as text reads it back the same.
 impl std::fmt::Display for KdfParams {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "argon2id m={}K,t={},p={}", self.m_kib, self.t, self.p)
+        if *self == Self::INSECURE_FAST {
+            return f.write_str("fast");
+        }
+        write!(f, "m={}K,t={},p={}", self.m_kib, self.t, self.p)
+    }
+}
+
+impl std::str::FromStr for KdfParams {
+    type Err = CryptoError;
+
+    fn from_str(s: &str) -> Result<Self, CryptoError> {
+        Self::parse(s)
     }
 }
 
@@ -141,6 +154,13 @@ mod tests {
         assert_eq!(KdfParams::parse("m=1G,t=1").unwrap().m_kib, 1 << 20);
         assert_eq!(KdfParams::parse("m=65536KiB").unwrap().m_kib, 65536);
         assert_eq!(KdfParams::parse("m=256M,t=16").unwrap().t, 16);
+        for k in [
+            KdfParams::DEFAULT,
+            KdfParams::INSECURE_FAST,
+            KdfParams::parse("m=8M,t=2,p=2").unwrap(),
+        ] {
+            assert_eq!(k.to_string().parse::<KdfParams>(), Ok(k), "{k}");
+        }
         for bad in [
             "m=1G,t=5",
             "m=512M,t=16",

@@ -174,6 +174,18 @@ impl PmoService {
         self.attachments.locked().len()
     }
 
+    /// The names of the PMOs attached now, in name order (a name once per attachment).
+    pub fn attached_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .attachments
+            .locked()
+            .values()
+            .map(|a| a.name().to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
     fn attachment(&self, handle: u64) -> Result<Arc<Attachment>, Failure> {
         self.attachments
             .locked()

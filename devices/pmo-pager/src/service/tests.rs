@@ -78,6 +78,7 @@ fn the_calls_of_one_attachment_in_order() {
     // SAFETY: as above, read only.
     let first = unsafe { ((s.pager().host_addr() + r.offset) as *const u8).read() };
     assert_eq!(first, 9);
+    assert_eq!(s.attached_names(), ["a"]);
     let live = s.counters();
     assert_eq!((live.attachments, live.attaches, live.psyncs), (1, 2, 1));
     s.detach_all();
